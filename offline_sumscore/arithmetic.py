@@ -1,0 +1,150 @@
+"""Metric arithmetic: pure functions over verdicts, counts and strings. Imports nothing from the package
+and no model code, so saved results can be rescored anywhere.
+
+Verdicts may be given as the library's own objects (anything with a `supported`/`answered` attribute),
+as plain dicts as they appear in an output file, as booleans, or as strings ("yes"/"no", "1"/"0",
+"true"/"false"). Anything else is a ValueError naming its position.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+_TRUE = {"yes", "1", "true"}
+_FALSE = {"no", "0", "false"}
+_VERDICT_KEYS = ("supported", "answered", "verdict", "answer")
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, and 0.0 when the denominator is 0 (a score, never NaN)."""
+    return numerator / denominator if denominator else 0.0
+
+
+def round_half_up(value: float, digits: int = 2) -> float:
+    """Round as JavaScript's Math.round does on value * 10**digits: halves go up, not to even.
+
+    round_half_up(0.125) == 0.13 where Python's round(0.125, 2) == 0.12.
+    """
+    scaled = value * 10**digits
+    whole = math.floor(scaled)
+    # Compare the remainder instead of floor(scaled + 0.5): the addition itself can round up.
+    if scaled - whole >= 0.5:
+        whole += 1
+    return whole / 10**digits
+
+
+def verdict_is_yes(verdict: Any, position: int = 0) -> bool:
+    """Read one verdict in any accepted shape as True (supported/answered) or False."""
+    if isinstance(verdict, bool):
+        return verdict
+    if isinstance(verdict, int) and verdict in (0, 1):
+        return bool(verdict)
+    if isinstance(verdict, str):
+        word = verdict.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        raise ValueError(f"verdict {position}: {verdict!r} is not one of yes/no, 1/0, true/false")
+    if isinstance(verdict, dict):
+        for key in _VERDICT_KEYS:
+            if key in verdict:
+                return verdict_is_yes(verdict[key], position)
+        raise ValueError(f"verdict {position}: dict has none of the keys {', '.join(_VERDICT_KEYS)}")
+    for key in _VERDICT_KEYS:
+        if hasattr(verdict, key):
+            return verdict_is_yes(getattr(verdict, key), position)
+    raise ValueError(f"verdict {position}: cannot read a yes/no from {type(verdict).__name__}")
+
+
+def alignment(claim_verdicts: Iterable[Any]) -> float:
+    """Share of the summary's claims that the source supports; 0 when there are no claims."""
+    flags = [verdict_is_yes(v, i) for i, v in enumerate(claim_verdicts)]
+    return ratio(sum(flags), len(flags))
+
+
+def coverage(coverage_verdicts: Sequence[Any], n_questions: int, max_questions: int = 10) -> float:
+    """Share of the (capped) questions that the summary answers.
+
+    Verdicts are matched to questions by position: only the first min(n_questions, max_questions)
+    verdicts count, a missing verdict counts as unanswered, an extra one is ignored.
+    """
+    asked = min(n_questions, max_questions)
+    answered = sum(verdict_is_yes(v, i) for i, v in enumerate(list(coverage_verdicts)[:asked]))
+    return ratio(answered, asked)
+
+
+@dataclass(frozen=True)
+class TwoAxisScore:
+    score: float  # min(alignment, coverage) x scale, rounded half up to 2 decimals
+    alignment: float  # unrounded, after strict mode
+    coverage: float  # unrounded, after strict mode
+    limiting_axis: str  # "alignment", "coverage" or "both"
+    passed: bool  # min(alignment, coverage) >= threshold, on the 0..1 scale before `scale`
+
+
+def two_axis_score(alignment_verdicts: Iterable[Any], questions: Sequence[Any], coverage_verdicts: Sequence[Any], *,
+                   max_questions: int = 10, scale: float = 1.0, strict_mode: bool = False,
+                   threshold: float = 0.5) -> TwoAxisScore:
+    """Recompute the two-axis score from saved verdicts.
+
+    strict_mode (as DeepEval's): each axis is 0 unless it is 1, and passing needs a score of 1.
+    """
+    if max_questions < 1:
+        raise ValueError(f"max_questions must be >= 1. Given: {max_questions}")
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0. Given: {scale}")
+    a = alignment(alignment_verdicts)
+    c = coverage(coverage_verdicts, len(questions), max_questions)
+    if strict_mode:
+        a, c = (1.0 if a == 1 else 0.0), (1.0 if c == 1 else 0.0)
+        threshold = 1.0
+    low = min(a, c)
+    axis = "both" if a == c else ("alignment" if a < c else "coverage")
+    return TwoAxisScore(score=round_half_up(low * scale), alignment=a, coverage=c,
+                        limiting_axis=axis, passed=low >= threshold)
+
+
+def join_contexts(text: str | Sequence[str]) -> str:
+    """Ragas joins reference contexts with a newline."""
+    return text if isinstance(text, str) else "\n".join(text)
+
+
+def qa_score(answers: Sequence[Any]) -> float:
+    """Share of answers that are "1". Zero answers is an error: with no questions, QA is undefined."""
+    if len(answers) == 0:
+        raise ValueError("no answers to score: QA is undefined without questions (Ragas divides by zero here)")
+    return sum(verdict_is_yes(a, i) for i, a in enumerate(answers)) / len(answers)
+
+
+def conciseness(summary: str, text: str) -> float:
+    """1 - min(len(summary), len(text)) / (len(text) + 1e-10), lengths in characters."""
+    return 1 - min(len(summary), len(text)) / (len(text) + 1e-10)
+
+
+@dataclass(frozen=True)
+class SummaryScoreValue:
+    score: float  # not rounded, as in Ragas
+    qa: float
+    conciseness: float | None  # None when length_penalty is off
+
+
+def summary_score(answers: Sequence[Any], text: str | Sequence[str], summary: str, *,
+                  length_penalty: bool = True, coeff: float = 0.5) -> SummaryScoreValue:
+    """Recompute the Ragas-style SummaryScore from saved answers.
+
+    score = QA*(1-coeff) + conciseness*coeff with the length penalty, else QA.
+    """
+    if not 0 <= coeff <= 1:
+        raise ValueError(f"coeff must be between 0 and 1. Given: {coeff}")
+    text = join_contexts(text)
+    if not text.strip():
+        raise ValueError("reference contexts are empty or whitespace-only")
+    if not summary.strip():
+        raise ValueError("response (summary) is empty or whitespace-only")
+    qa = qa_score(answers)
+    if not length_penalty:
+        return SummaryScoreValue(score=qa, qa=qa, conciseness=None)
+    con = conciseness(summary, text)
+    return SummaryScoreValue(score=qa * (1 - coeff) + con * coeff, qa=qa, conciseness=con)

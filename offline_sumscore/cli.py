@@ -1,0 +1,211 @@
+"""The `sumscore` command line. Flags are kebab-case and map 1:1 to the scorers' keyword arguments; each
+default is read from the scorer's signature, so it is defined once.
+
+Exit codes: 0 every row scored; 1 some rows failed (each recorded in OUTPUT with its error); 2 bad usage or
+input. Errors are one line, never a traceback.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import SumscoreError
+from .results import FailedRow
+from .samples import read_samples
+from .scorers import SummarizationScorer, SummaryScore
+
+METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}
+
+
+def _default(cls, name: str) -> Any:
+    return inspect.signature(cls.__init__).parameters[name].default
+
+
+def _scorer_options(metric: str, opts: dict) -> dict:
+    """Keep the options the chosen scorer takes; say so loudly when an option belongs to the other metric."""
+    cls = METRICS[metric]
+    accepted = set(inspect.signature(cls.__init__).parameters) | {"device", "dtype", "batch_size"}
+    kwargs = {}
+    for key, value in opts.items():
+        if value is None:
+            continue
+        if key not in accepted:
+            raise click.UsageError(f"--{key.replace('_', '-')} does not apply to --metric {metric}")
+        kwargs[key] = value
+    return kwargs
+
+
+class _Run:
+    """Scores samples in chunks, writes each row as soon as its chunk is done, keeps the totals."""
+
+    def __init__(self, scorer, out):
+        self.scorer, self.out = scorer, out
+        self.rows: list[dict] = []
+
+    def chunk(self, samples) -> None:
+        for sample, result in zip(samples, self.scorer.score_many(samples, on_error="return")):
+            row = result.to_dict()
+            row["line"] = sample.line
+            self.rows.append(row)
+            if self.out is not None:
+                self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        if self.out is not None:
+            self.out.flush()
+
+
+def _table(metric: str, rows: list[dict], seconds: float) -> str:
+    ok = [r for r in rows if r.get("error") is None]
+    cols = ["score", "alignment", "coverage"] if metric == "two-axis" else ["score", "qa", "conciseness"]
+
+    def mean(key):
+        vals = [r[key] for r in ok if r.get(key) is not None]
+        return f"{sum(vals) / len(vals):.3f}" if vals else "-"
+
+    tokens_in = sum(s["tokens_in"] for r in rows for s in r.get("stages", {}).values())
+    tokens_out = sum(s["tokens_out"] for r in rows for s in r.get("stages", {}).values())
+    lines = [f"metric {metric}: {len(rows)} rows, {len(rows) - len(ok)} failed, {seconds:.1f} s, "
+             f"{tokens_in} tokens in, {tokens_out} tokens out",
+             " | ".join(f"mean {c}" for c in cols), " | ".join(mean(c) for c in cols)]
+    return "\n".join(lines)
+
+
+def _run(metric: str, samples, scorer, out, batch_size: int, quiet: bool) -> list[dict]:
+    run = _Run(scorer, out)
+    started = time.perf_counter()
+    with click.progressbar(length=len(samples), label=f"scoring ({metric})", file=sys.stderr,
+                           hidden=quiet) as bar:
+        for start in range(0, len(samples), batch_size):
+            chunk = samples[start:start + batch_size]
+            run.chunk(chunk)
+            bar.update(len(chunk))
+    click.echo(_table(metric, run.rows, time.perf_counter() - started))
+    return run.rows
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="offline-sumscore")
+def main():
+    """Score summaries against their sources with a local LLM judge. No network, no hosted API."""
+
+
+def _common(fn):
+    options = [
+        click.option("--model", type=click.Path(), default=None,
+                     help="Model directory or .gguf file. Default: the embedded SmolLM2-135M-Instruct."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option("--dtype", default="auto", show_default=True,
+                     help="auto (bf16 on a capable GPU, fp32 on CPU), float32, bfloat16 or float16."),
+        click.option("--batch-size", type=int, default=_default(SummarizationScorer.__mro__[1], "batch_size"),
+                     show_default=True, help="Samples per batch; each stage is one generate call per batch."),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn
+
+
+@main.command()
+@click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
+              help="JSONL file: one object per input row, in input order.")
+@click.option("--metric", type=click.Choice(list(METRICS)), default="two-axis", show_default=True)
+@_common
+@click.option("--max-questions", type=int, default=None,
+              help=f"Questions drawn and counted (default {_default(SummarizationScorer, 'max_questions')}).")
+@click.option("--scale", type=float, default=None, help="two-axis: score = min(alignment, coverage) x scale (default 1).")
+@click.option("--threshold", type=float, default=None, help="two-axis: pass mark on the 0..1 scale (default 0.5).")
+@click.option("--strict-mode", is_flag=True, default=None, help="two-axis: each axis is 0 unless it is 1.")
+@click.option("--no-reason", "include_reason", flag_value=False, default=None,
+              help="two-axis: no reasons (faster: skips decoding them).")
+@click.option("--coeff", type=float, default=None, help="summary-score: weight of conciseness, 0..1 (default 0.5).")
+@click.option("--no-length-penalty", "length_penalty", flag_value=False, default=None,
+              help="summary-score: score = QA alone.")
+@click.option("--max-claims", type=int, default=None, help="two-axis: cap on claims per summary (default 16).")
+@click.option("--max-keyphrases", type=int, default=None, help="summary-score: cap on keyphrases (default 15).")
+@click.option("--max-text-chars", type=int, default=None, help="Cap on each claim/question/keyphrase (default 200).")
+@click.option("--max-reason-chars", type=int, default=None, help="two-axis: cap on each reason (default 200).")
+@click.option("--source-field", default="source", show_default=True)
+@click.option("--summary-field", default="summary", show_default=True)
+@click.option("--id-field", default="id", show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def score(input_path, output_path, metric, source_field, summary_field, id_field, quiet, **opts):
+    """Score every row of INPUT (JSONL or CSV with source and summary fields, optional id)."""
+    try:
+        samples = list(read_samples(input_path, source_field=source_field, summary_field=summary_field,
+                                    id_field=id_field))
+        scorer = METRICS[metric](opts.pop("model"), **_scorer_options(metric, opts))
+        with open(output_path, "w", encoding="utf-8") as out:
+            rows = _run(metric, samples, scorer, out, scorer.batch_size, quiet)
+    except SumscoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if any(r.get("error") for r in rows):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("gguf", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", "output_dir", type=click.Path(file_okay=False), default=None,
+              help="Target directory. Default: models/converted/<name> (the embedded judge's place).")
+def convert(gguf, output_dir):
+    """Convert a .gguf judge (default: the embedded one) to safetensors once, so later loads take a second.
+
+    Safe to run twice, or from two processes at once: a lock serialises them and the result appears atomically.
+    """
+    from .judge import EMBEDDED_NAME, convert_gguf, embedded_gguf_path, models_root
+
+    try:
+        source = Path(gguf) if gguf else embedded_gguf_path()
+        name = EMBEDDED_NAME if gguf is None else source.stem
+        started = time.perf_counter()
+        target = convert_gguf(source, Path(output_dir) if output_dir else models_root() / name)
+    except SumscoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{target} ready ({time.perf_counter() - started:.1f} s)")
+
+
+@main.command()
+@click.option("--metric", type=click.Choice(["both", *METRICS]), default="both", show_default=True)
+@_common
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the rows as JSONL here.")
+def demo(metric, model, device, dtype, batch_size, output_path):
+    """Score the bundled examples (examples/demo.jsonl) and print the scores.
+
+    Uses small caps (3 questions, 4 claims, short reasons) so it finishes in a minute or two on a CPU.
+    """
+    caps = {"two-axis": dict(max_questions=3, max_claims=4, max_text_chars=100, max_reason_chars=80),
+            "summary-score": dict(max_questions=3, max_keyphrases=6, max_text_chars=100)}
+    path = resources.files("offline_sumscore") / "examples" / "demo.jsonl"
+    try:
+        samples = list(read_samples(Path(str(path))))
+        from .judge import load_judge
+
+        started = time.perf_counter()
+        judge = load_judge(model, device=device, dtype=dtype)
+        click.echo(f"judge {judge.name} ({judge.device}, {judge.dtype}) loaded in {time.perf_counter() - started:.1f} s")
+        out = open(output_path, "w", encoding="utf-8") if output_path else None
+        failed = False
+        for name in (METRICS if metric == "both" else [metric]):
+            scorer = METRICS[name](judge, batch_size=batch_size, **caps[name])
+            rows = _run(name, samples, scorer, out, batch_size, quiet=False)
+            for row in rows:
+                if row.get("error"):
+                    failed = True
+                    click.echo(f"  {row['id']}: FAILED {row['error']['message']}")
+                elif name == "two-axis":
+                    click.echo(f"  {row['id']}: {row['score']:.2f}  {row['reason']}")
+                else:
+                    click.echo(f"  {row['id']}: {row['score']:.3f}  (QA {row['qa']:.2f}, conciseness "
+                               f"{row['conciseness']:.2f})")
+        if out:
+            out.close()
+    except SumscoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    if failed:
+        sys.exit(1)

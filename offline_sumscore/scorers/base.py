@@ -1,0 +1,116 @@
+"""What both scorers share: engine resolution, the wave driver, score/ascore/score_many.
+
+A scorer writes, per sample, a plan: a generator that yields a list of StageRequests (one wave) and gets back
+their StageResults, until it returns the finished result. The driver advances every sample's plan together,
+so each wave goes to the engine as one list across all samples: that is how batching crosses samples
+without the scorer knowing about batches, or the engine about metrics.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Generator, Iterable, Sequence
+
+from ..engine import Engine
+from ..errors import JudgeOutputError, UsageError
+from ..results import FailedRow
+from ..samples import Sample, as_sample
+from ..stages import StageRequest, StageResult
+
+Plan = Generator[list[StageRequest], list[StageResult], Any]
+
+
+def drive(engine: Engine, plans: Sequence[Plan]) -> list[Any]:
+    """Run every plan to completion, one engine call per wave. A plan that raises JudgeOutputError ends as that
+    exception in its slot; the other plans go on."""
+    outcomes: list[Any] = [None] * len(plans)
+    waiting: dict[int, list[StageRequest]] = {}
+
+    def advance(i: int, sent: list[StageResult] | None) -> None:
+        try:
+            waiting[i] = plans[i].send(sent)  # type: ignore[arg-type]
+        except StopIteration as done:
+            outcomes[i] = done.value
+        except JudgeOutputError as exc:
+            outcomes[i] = exc
+
+    for i in range(len(plans)):
+        advance(i, None)
+    while waiting:
+        order = list(waiting.items())
+        waiting.clear()
+        flat = [req for _, reqs in order for req in reqs]
+        results = engine.run(flat) if flat else []
+        at = 0
+        for i, reqs in order:
+            advance(i, results[at:at + len(reqs)])
+            at += len(reqs)
+    return outcomes
+
+
+def require(result: StageResult, stages: dict[str, dict]) -> Any:
+    """The stage's parsed value, or a loud JudgeOutputError carrying the raw output."""
+    stages[result.request.stage] = result.audit()
+    if not result.ok:
+        exc = JudgeOutputError(result.error or "no output", stage=result.request.stage,
+                               raw_output=result.raw_output, sample_id=result.request.sample_id)
+        exc.stages = dict(stages)  # every stage run so far, the failed one included, for the row's audit
+        raise exc
+    return result.value
+
+
+class ScorerBase:
+    metric = ""
+
+    def __init__(self, model: Any = None, *, engine: Engine | None = None, device: str = "auto",
+                 dtype: str = "auto", batch_size: int = 8):
+        if batch_size < 1:
+            raise UsageError(f"batch_size must be >= 1. Given: {batch_size}")
+        self._model, self._engine = model, engine
+        self.device, self.dtype, self.batch_size = device, dtype, batch_size
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, built on first use: constructing a scorer loads nothing."""
+        if self._engine is None:
+            from ..engine.runner import TransformersEngine
+            from ..judge import Judge, load_judge
+
+            judge = self._model if isinstance(self._model, Judge) else load_judge(
+                self._model, device=self.device, dtype=self.dtype)
+            self._engine = TransformersEngine(judge, batch_size=self.batch_size)
+        return self._engine
+
+    def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def score_many(self, items: Iterable[Any], *, on_error: str = "raise") -> list[Any]:
+        """Score many samples, batching each stage across all of them.
+
+        items: Samples, (source, summary) pairs, or dicts with source, summary (and id, questions).
+        on_error: "raise" raises the first JudgeOutputError; "return" puts a FailedRow in its place.
+        """
+        if on_error not in ("raise", "return"):
+            raise UsageError(f"on_error must be 'raise' or 'return'. Given: {on_error}")
+        samples = [as_sample(item, i) for i, item in enumerate(items)]
+        engine = self.engine
+        outcomes = drive(engine, [self.plan(s) for s in samples])
+        judge = engine.describe().get("judge", {})
+        final = []
+        for sample, outcome in zip(samples, outcomes):
+            if isinstance(outcome, JudgeOutputError):
+                if on_error == "raise":
+                    raise outcome
+                outcome = FailedRow(id=sample.id, metric=self.metric, stages=getattr(outcome, "stages", {}),
+                                    error={"stage": outcome.stage, "message": str(outcome),
+                                           "raw_output": outcome.raw_output})
+            else:
+                outcome.judge = judge
+            final.append(outcome)
+        return final
+
+    def _score_one(self, sample: Sample) -> Any:
+        return self.score_many([sample])[0]
+
+    async def _ascore_one(self, sample: Sample) -> Any:
+        # The model runs in a worker thread; the engine serialises generate calls on one model.
+        return await asyncio.to_thread(self._score_one, sample)

@@ -1,0 +1,99 @@
+"""SummaryScore: the Ragas-style summary score on a local judge.
+
+Waves per sample:
+  1. "keyphrases"      (text): people, organisations, locations, dates/times, money, percentages.
+  2. "ragas_questions" (text + keyphrases): closed questions the text answers "1".
+  3. "ragas_answers"   (summary + questions, never the text): "1" or "0" per question.
+text = the reference contexts joined with "\\n". QA = answers "1" / answers returned;
+conciseness = 1 - min(len(summary), len(text)) / (len(text) + 1e-10) in characters;
+score = QA*(1-coeff) + conciseness*coeff with length_penalty, else QA. Not rounded.
+
+Zero answers: Ragas divides by zero there. Here it cannot arise from the judge (the question schema asks for
+at least one question and the answer schema for exactly one answer per question); in rescoring
+(arithmetic.summary_score) it is a ValueError, never NaN.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import prompts, schemas
+from ..arithmetic import join_contexts, summary_score
+from ..errors import UsageError
+from ..results import SummaryScoreResult
+from ..samples import Sample, check_text
+from ..stages import StageRequest
+from .base import Plan, ScorerBase, require
+
+
+class SummaryScore(ScorerBase):
+    """Ragas-style SummaryScore on a local judge.
+
+    Parameters
+    ----------
+    model : path to a model directory or .gguf file, a loaded Judge, or None for the embedded default.
+    length_penalty : weigh in conciseness (default on).
+    coeff : weight of conciseness, in [0, 1] (default 0.5).
+    max_questions, max_keyphrases, max_text_chars : caps that bound each stage's output.
+    """
+    metric = "summary-score"
+
+    def __init__(self, model: Any = None, *, length_penalty: bool = True, coeff: float = 0.5,
+                 max_questions: int = 10, max_keyphrases: int = 15, max_text_chars: int = 200, **engine_options):
+        super().__init__(model, **engine_options)
+        if not 0 <= coeff <= 1:
+            raise UsageError(f"coeff must be between 0 and 1. Given: {coeff}")
+        for name, value in (("max_questions", max_questions), ("max_keyphrases", max_keyphrases),
+                            ("max_text_chars", max_text_chars)):
+            if not isinstance(value, int) or value < 1:
+                raise UsageError(f"{name} must be an integer >= 1. Given: {value}")
+        self.length_penalty, self.coeff = length_penalty, coeff
+        self.max_questions, self.max_keyphrases, self.max_text_chars = max_questions, max_keyphrases, max_text_chars
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return {"length_penalty": self.length_penalty, "coeff": self.coeff, "max_questions": self.max_questions,
+                "max_keyphrases": self.max_keyphrases, "max_text_chars": self.max_text_chars,
+                "prompt_version": prompts.PROMPT_VERSION}
+
+    def score(self, source: str | Sequence[str] | None = None, summary: str | None = None, *,
+              reference_contexts: Sequence[str] | None = None, response: str | None = None,
+              id: str = "0") -> SummaryScoreResult:
+        """score(text, summary), or with Ragas's names: score(reference_contexts=[...], response=...)."""
+        return self._score_one(self._sample(source, summary, reference_contexts, response, id))
+
+    async def ascore(self, source: str | Sequence[str] | None = None, summary: str | None = None, *,
+                     reference_contexts: Sequence[str] | None = None, response: str | None = None,
+                     id: str = "0") -> SummaryScoreResult:
+        return await self._ascore_one(self._sample(source, summary, reference_contexts, response, id))
+
+    @staticmethod
+    def _sample(source, summary, reference_contexts, response, id) -> Sample:
+        if (source is None) == (reference_contexts is None):
+            raise UsageError("give the text once: as source or as reference_contexts")
+        if (summary is None) == (response is None):
+            raise UsageError("give the summary once: as summary or as response")
+        text = join_contexts(source if source is not None else reference_contexts)
+        return Sample(id=id, source=check_text(text, "reference_contexts" if source is None else "source", row_id=id),
+                      summary=check_text(summary if summary is not None else response,
+                                         "response" if summary is None else "summary", row_id=id))
+
+    def plan(self, sample: Sample) -> Plan:
+        stages: dict[str, dict] = {}
+        (kp,) = yield [StageRequest(sample.id, "keyphrases",
+                                    tuple(prompts.keyphrases_prompt(sample.source, max_keyphrases=self.max_keyphrases)),
+                                    schemas.keyphrases_list(self.max_keyphrases, self.max_text_chars))]
+        keyphrases = list(require(kp, stages).keyphrases)
+        (qs,) = yield [StageRequest(sample.id, "ragas_questions",
+                                    tuple(prompts.ragas_questions_prompt(sample.source, keyphrases,
+                                                                         max_questions=self.max_questions)),
+                                    schemas.questions_list(self.max_questions, self.max_text_chars))]
+        questions = list(require(qs, stages).questions)
+        (ans,) = yield [StageRequest(sample.id, "ragas_answers",
+                                     tuple(prompts.ragas_answers_prompt(sample.summary, questions)),
+                                     schemas.answers_list(len(questions)))]
+        answers = list(require(ans, stages).answers)
+        value = summary_score(answers, sample.source, sample.summary, length_penalty=self.length_penalty,
+                              coeff=self.coeff)
+        return SummaryScoreResult(id=sample.id, score=value.score, qa=value.qa, conciseness=value.conciseness,
+                                  keyphrases=keyphrases, questions=questions, answers=answers,
+                                  settings=self.settings, stages=stages)

@@ -1,0 +1,57 @@
+"""The only types that cross between scorers and engines.
+
+A scorer turns samples into StageRequests; an engine answers each with a StageResult, in the same order.
+The engine never knows which metric asked; the scorer never sees a tensor.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True)
+class StageRequest:
+    sample_id: str
+    stage: str  # "claims", "questions", "coverage", "keyphrases", "ragas_questions", "ragas_answers"
+    messages: tuple[dict, ...]  # chat messages; the engine applies the judge's chat template
+    schema: type[BaseModel]  # what the output must validate against
+    max_new_tokens: int | None = None  # None: the engine sizes the cap from the schema
+
+    @property
+    def schema_json(self) -> str:
+        return json.dumps(self.schema.model_json_schema(), sort_keys=True)
+
+
+@dataclass
+class StageResult:
+    request: StageRequest
+    value: BaseModel | None  # None when the stage failed
+    raw_output: str  # the text the model produced, kept for audit
+    prompt: str = ""  # the prompt as rendered with the chat template
+    tokens_in: int = 0
+    tokens_out: int = 0
+    seconds: float = 0.0  # this row's share of its batch's wall time (equal split)
+    batch_size: int = 1
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.value is not None
+
+    def audit(self) -> dict[str, Any]:
+        """What a user needs to audit this stage: prompt, raw output, tokens, time, error."""
+        return {"prompt": self.prompt, "raw_output": self.raw_output, "tokens_in": self.tokens_in,
+                "tokens_out": self.tokens_out, "seconds": round(self.seconds, 4), "batch_size": self.batch_size,
+                "error": self.error}
+
+
+@dataclass
+class StageLog:
+    """The audits of every stage of one sample, by stage name."""
+    stages: dict[str, dict] = field(default_factory=dict)
+
+    def add(self, result: StageResult) -> None:
+        self.stages[result.request.stage] = result.audit()
