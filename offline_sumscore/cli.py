@@ -22,6 +22,12 @@ from .samples import read_samples
 from .scorers import SummarizationScorer, SummaryScore
 
 METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}
+EXIT_ROWS_FAILED = 1
+
+
+class InputProblem(click.ClickException):
+    """Bad usage or input: one line, exit code 2 (as click's own usage errors), apart from failed rows' 1."""
+    exit_code = 2
 
 
 def _default(cls, name: str) -> Any:
@@ -140,12 +146,13 @@ def score(input_path, output_path, metric, source_field, summary_field, id_field
         samples = list(read_samples(input_path, source_field=source_field, summary_field=summary_field,
                                     id_field=id_field))
         scorer = METRICS[metric](opts.pop("model"), **_scorer_options(metric, opts))
+        scorer.engine  # load the judge now: a bad --model fails before OUTPUT is touched
         with open(output_path, "w", encoding="utf-8") as out:
             rows = _run(metric, samples, scorer, out, scorer.batch_size, quiet)
     except SumscoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise InputProblem(str(exc)) from None
     if any(r.get("error") for r in rows):
-        sys.exit(1)
+        sys.exit(EXIT_ROWS_FAILED)
 
 
 @main.command()
@@ -165,7 +172,7 @@ def convert(gguf, output_dir):
         started = time.perf_counter()
         target = convert_gguf(source, Path(output_dir) if output_dir else models_root() / name)
     except SumscoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise InputProblem(str(exc)) from None
     click.echo(f"{target} ready ({time.perf_counter() - started:.1f} s)")
 
 
@@ -206,6 +213,6 @@ def demo(metric, model, device, dtype, batch_size, output_path):
         if out:
             out.close()
     except SumscoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise InputProblem(str(exc)) from None
     if failed:
-        sys.exit(1)
+        sys.exit(EXIT_ROWS_FAILED)

@@ -12,7 +12,7 @@ from typing import Annotated, List, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-_STRICT = ConfigDict(extra="forbid")
+_STRICT = ConfigDict(extra="forbid", strict=True)  # strict: "yes" is not a boolean here
 
 
 def _text(max_chars: int):

@@ -19,6 +19,7 @@ class ScriptedEngine:
     def __init__(self, replies: dict[str, list[Any]] | None = None):
         self.queues: dict[str, deque] = defaultdict(deque)
         self.requests: list[StageRequest] = []
+        self.calls: list[int] = []  # requests per run() call: one call per wave shows batching across samples
         for stage, items in (replies or {}).items():
             self.enqueue(stage, *items)
 
@@ -31,6 +32,7 @@ class ScriptedEngine:
         return {"engine": "scripted", "judge": {"name": "scripted", "identity": "scripted"}}
 
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        self.calls.append(len(requests))
         results = []
         for req in requests:
             self.requests.append(req)

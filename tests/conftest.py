@@ -1,0 +1,28 @@
+"""Shared fixtures. Every test runs offline: no hub, whatever the environment says."""
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+import pytest
+
+from offline_sumscore.engine.scripted import ScriptedEngine
+
+SOURCE = ("The city council of Lindford voted on Tuesday to build a new public library on Mill Street. "
+          "Construction will begin in March and cost 4 million pounds.")
+SUMMARY = "Lindford will build a library on Mill Street for 4 million pounds."
+
+
+@pytest.fixture
+def scripted():
+    return ScriptedEngine()
+
+
+@pytest.fixture(scope="session")
+def judge():
+    """The real embedded judge, converted once by `make setup`. Fails loudly, never skips, when it is missing."""
+    from offline_sumscore.judge import load_judge
+
+    return load_judge()

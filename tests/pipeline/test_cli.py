@@ -1,0 +1,100 @@
+"""The `sumscore` CLI on small files, with the scorers' engine swapped for a scripted judge."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from offline_sumscore import SummarizationScorer, SummaryScore
+from offline_sumscore.cli import main
+from tests.pipeline.test_two_axis_scripted import CLAIMS, COVERAGE, QUESTIONS
+
+ROWS = [{"id": "a", "source": "Source A is long enough.", "summary": "Sum A"},
+        {"id": "b", "source": "Source B is long enough.", "summary": "Sum B"},
+        {"id": "c", "source": "Source C is long enough.", "summary": "Sum C"}]
+
+
+@pytest.fixture
+def use_scripted(monkeypatch, scripted):
+    for cls in (SummarizationScorer, SummaryScore):
+        monkeypatch.setattr(cls, "engine", property(lambda self: scripted))
+    return scripted
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, use_scripted):
+    for _ in ROWS:
+        use_scripted.enqueue("claims", CLAIMS).enqueue("questions", QUESTIONS).enqueue("coverage", COVERAGE)
+    src, out = write_jsonl(tmp_path / "in.jsonl", ROWS), tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--max-questions", "5", "--quiet"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["a", "b", "c"] and [r["line"] for r in rows] == [1, 2, 3]
+    assert all(r["score"] == 0.5 and r["reason"].startswith("The score is 0.5") for r in rows)
+    assert {"alignment", "coverage", "claims", "questions", "coverage_verdicts", "stages"} <= set(rows[0])
+    assert rows[0]["settings"]["max_questions"] == 5
+    assert "metric two-axis: 3 rows, 0 failed" in result.output
+    assert "0.500 | 0.667 | 0.500" in result.output
+
+
+def test_summary_score_from_csv_with_mapped_fields(tmp_path, use_scripted):
+    use_scripted.enqueue("keyphrases", {"keyphrases": ["A"]}).enqueue("ragas_questions", {"questions": ["Q?"]})
+    use_scripted.enqueue("ragas_answers", {"answers": ["1"]})
+    src, out = tmp_path / "in.csv", tmp_path / "out.jsonl"
+    src.write_text('doc,abstract,id\n"A long source, with a comma.",Short.,x1\n')
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--metric", "summary-score",
+                                       "--source-field", "doc", "--summary-field", "abstract", "--coeff", "0",
+                                       "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["id"] == "x1" and row["score"] == 1.0 and row["qa"] == 1.0
+
+
+def test_failed_row_is_recorded_and_exit_code_is_one(tmp_path, use_scripted):
+    use_scripted.enqueue("claims", "{broken", CLAIMS).enqueue("questions", QUESTIONS, QUESTIONS)
+    use_scripted.enqueue("coverage", COVERAGE)
+    src, out = write_jsonl(tmp_path / "in.jsonl", ROWS[:2]), tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet"], catch_exceptions=False)
+    assert result.exit_code == 1
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["score"] is None and rows[0]["error"]["stage"] == "claims"
+    assert rows[0]["error"]["raw_output"] == "{broken" and rows[1]["score"] == 0.5
+    assert "2 rows, 1 failed" in result.output
+
+
+def test_missing_field_is_one_line_naming_file_line_id_and_field(tmp_path, use_scripted):
+    src = write_jsonl(tmp_path / "in.jsonl", [ROWS[0], {"id": "b", "source": "text"}])
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl")])
+    assert result.exit_code == 2
+    assert result.output.strip() == f'Error: {src}:2 (id "b"): field "summary" is missing'
+
+
+def test_option_of_the_other_metric_is_a_usage_error(tmp_path, use_scripted):
+    src = write_jsonl(tmp_path / "in.jsonl", ROWS[:1])
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--coeff", "0.3"])
+    assert result.exit_code == 2 and "--coeff does not apply to --metric two-axis" in result.output
+
+
+def test_out_of_range_option_is_one_line(tmp_path, use_scripted):
+    src = write_jsonl(tmp_path / "in.jsonl", ROWS[:1])
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--max-questions", "0"])
+    assert result.exit_code == 2
+    assert result.output.strip() == "Error: max_questions must be an integer >= 1. Given: 0"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["score", "--help"], ["demo", "--help"], ["convert", "--help"]])
+def test_help_everywhere(args):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0 and "Usage:" in result.output
+
+
+def test_missing_model_path_is_one_line(tmp_path):
+    src = write_jsonl(tmp_path / "in.jsonl", ROWS[:1])
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--model",
+                                       str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith(f"Error: {tmp_path / 'nope'} does not exist; pass a Hugging Face")
