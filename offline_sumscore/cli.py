@@ -20,6 +20,7 @@ from .errors import SumscoreError
 from .results import FailedRow
 from .samples import read_samples
 from .scorers import SummarizationScorer, SummaryScore
+from .scorers.base import ScorerBase
 
 METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}
 EXIT_ROWS_FAILED = 1
@@ -108,7 +109,7 @@ def _common(fn):
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
         click.option("--dtype", default="auto", show_default=True,
                      help="auto (bf16 on a capable GPU, fp32 on CPU), float32, bfloat16 or float16."),
-        click.option("--batch-size", type=int, default=_default(SummarizationScorer.__mro__[1], "batch_size"),
+        click.option("--batch-size", type=int, default=_default(ScorerBase, "batch_size"),
                      show_default=True, help="Samples per batch; each stage is one generate call per batch."),
     ]
     for opt in reversed(options):

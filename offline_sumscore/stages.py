@@ -6,7 +6,7 @@ The engine never knows which metric asked; the scorer never sees a tensor.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -47,11 +47,3 @@ class StageResult:
                 "tokens_out": self.tokens_out, "seconds": round(self.seconds, 4), "batch_size": self.batch_size,
                 "error": self.error}
 
-
-@dataclass
-class StageLog:
-    """The audits of every stage of one sample, by stage name."""
-    stages: dict[str, dict] = field(default_factory=dict)
-
-    def add(self, result: StageResult) -> None:
-        self.stages[result.request.stage] = result.audit()

@@ -103,3 +103,10 @@ def test_conversion_is_safe_when_two_processes_run_it_at_once(tmp_path):
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "ready" in again.stdout
     assert time.perf_counter() - started < 30  # idempotent: no second conversion (which takes ~40 s)
+
+
+def test_each_schema_grammar_is_built_once_and_each_batch_gets_its_own_processor(judge):
+    engine = TransformersEngine(judge)
+    schema_json = StageRequest("s", "questions", (), schemas.questions_list(2, 60)).schema_json
+    first, second = engine.grammars.processor(schema_json), engine.grammars.processor(schema_json)
+    assert engine.grammars.schemas_built == 1 and first is not second
