@@ -75,6 +75,9 @@ def coverage(coverage_verdicts: Sequence[Any], n_questions: int, max_questions: 
     return ratio(answered, asked)
 
 
+_alignment, _coverage = alignment, coverage  # two_axis_score's parameters take these names
+
+
 @dataclass(frozen=True)
 class TwoAxisScore:
     score: float  # min(alignment, coverage) x scale, rounded half up to 2 decimals
@@ -84,10 +87,11 @@ class TwoAxisScore:
     passed: bool  # min(alignment, coverage) >= threshold, on the 0..1 scale before `scale`
 
 
-def two_axis_score(alignment_verdicts: Iterable[Any], questions: Sequence[Any], coverage_verdicts: Sequence[Any], *,
+def two_axis_score(alignment: Iterable[Any], questions: Sequence[Any], coverage: Sequence[Any], *,
                    max_questions: int = 10, scale: float = 1.0, strict_mode: bool = False,
                    threshold: float = 0.5) -> TwoAxisScore:
-    """Recompute the two-axis score from saved verdicts.
+    """Recompute the two-axis score from saved verdicts: alignment = the claim verdicts, questions = the questions
+    drawn (or given), coverage = the coverage verdicts, as they appear in an output row.
 
     strict_mode (as DeepEval's): each axis is 0 unless it is 1, and passing needs a score of 1.
     """
@@ -95,8 +99,8 @@ def two_axis_score(alignment_verdicts: Iterable[Any], questions: Sequence[Any], 
         raise ValueError(f"max_questions must be >= 1. Given: {max_questions}")
     if not scale > 0:
         raise ValueError(f"scale must be > 0. Given: {scale}")
-    a = alignment(alignment_verdicts)
-    c = coverage(coverage_verdicts, len(questions), max_questions)
+    a = _alignment(alignment)
+    c = _coverage(coverage, len(questions), max_questions)
     if strict_mode:
         a, c = (1.0 if a == 1 else 0.0), (1.0 if c == 1 else 0.0)
         threshold = 1.0

@@ -186,6 +186,7 @@ class Judge:
     context_length: int
     decisions: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
+    grammar_cache: Any = None  # set by the engine: compiled grammars shared by every scorer on this judge
 
     def render(self, messages) -> str:
         return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)

@@ -30,7 +30,9 @@ class TransformersEngine:
             raise ValueError(f"batch_size must be >= 1. Given: {batch_size}")
         self.judge = judge
         self.batch_size = batch_size
-        self.grammars = GrammarCache(judge.model, judge.tokenizer)
+        if judge.grammar_cache is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
+            judge.grammar_cache = GrammarCache(judge.model, judge.tokenizer)
+        self.grammars = judge.grammar_cache
         gen = judge.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else judge.tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {judge.tokenizer.eos_token_id}

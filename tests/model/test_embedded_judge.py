@@ -110,3 +110,4 @@ def test_each_schema_grammar_is_built_once_and_each_batch_gets_its_own_processor
     schema_json = StageRequest("s", "questions", (), schemas.questions_list(2, 60)).schema_json
     first, second = engine.grammars.processor(schema_json), engine.grammars.processor(schema_json)
     assert engine.grammars.schemas_built == 1 and first is not second
+    assert TransformersEngine(judge).grammars is engine.grammars  # a second scorer on this judge shares them

@@ -139,3 +139,9 @@ def test_summary_score_empty_or_whitespace_inputs_raise_value_error(text, summar
 def test_summary_score_zero_answers_is_an_error_not_nan():
     with pytest.raises(ValueError, match="no answers to score"):
         summary_score([], "text", "summary")
+
+
+def test_two_axis_score_takes_the_documented_keyword_names():
+    r = two_axis_score(alignment=[True, False], questions=["q1", "q2"], coverage=[{"answered": True}],
+                       max_questions=10, scale=1.0)
+    assert (r.score, r.alignment, r.coverage) == (0.5, 0.5, 0.5)
