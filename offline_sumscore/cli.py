@@ -24,6 +24,9 @@ from .scorers.base import ScorerBase
 
 METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}
 EXIT_ROWS_FAILED = 1
+# Samples handed to the engine at once: every stage of a chunk is batched across its samples, and the chunk's
+# rows are written as soon as it is done.
+SAMPLES_PER_CHUNK = 32
 
 
 class InputProblem(click.ClickException):
@@ -75,7 +78,7 @@ def _table(metric: str, rows: list[dict], seconds: float) -> str:
         vals = [r[key] for r in ok if r.get(key) is not None]
         return f"{sum(vals) / len(vals):.3f}" if vals else "-"
 
-    tokens_in = sum(s["tokens_in"] for r in rows for s in r.get("stages", {}).values())
+    tokens_in = sum(s["tokens_in"] for r in rows for s in r.get("stages", {}).values())  # shared prefixes counted per row
     tokens_out = sum(s["tokens_out"] for r in rows for s in r.get("stages", {}).values())
     lines = [f"metric {metric}: {len(rows)} rows, {len(rows) - len(ok)} failed, {seconds:.1f} s, "
              f"{tokens_in} tokens in, {tokens_out} tokens out",
@@ -110,7 +113,8 @@ def _common(fn):
         click.option("--dtype", default="auto", show_default=True,
                      help="auto (bf16 on a capable GPU, fp32 on CPU), float32, bfloat16 or float16."),
         click.option("--batch-size", type=int, default=_default(ScorerBase, "batch_size"),
-                     show_default=True, help="Samples per batch; each stage is one generate call per batch."),
+                     help="Most rows in flight per forward pass (a row is one stage request). "
+                          "Default: chosen from free memory."),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -149,7 +153,7 @@ def score(input_path, output_path, metric, source_field, summary_field, id_field
         scorer = METRICS[metric](opts.pop("model"), **_scorer_options(metric, opts))
         scorer.engine  # load the judge now: a bad --model fails before OUTPUT is touched
         with open(output_path, "w", encoding="utf-8") as out:
-            rows = _run(metric, samples, scorer, out, scorer.batch_size, quiet)
+            rows = _run(metric, samples, scorer, out, SAMPLES_PER_CHUNK, quiet)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
     if any(r.get("error") for r in rows):
@@ -201,7 +205,7 @@ def demo(metric, model, device, dtype, batch_size, output_path):
         failed = False
         for name in (METRICS if metric == "both" else [metric]):
             scorer = METRICS[name](judge, batch_size=batch_size, **caps[name])
-            rows = _run(name, samples, scorer, out, batch_size, quiet=False)
+            rows = _run(name, samples, scorer, out, SAMPLES_PER_CHUNK, quiet=False)
             for row in rows:
                 if row.get("error"):
                     failed = True

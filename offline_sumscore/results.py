@@ -19,10 +19,12 @@ class SummarizationResult:
     coverage: float
     limiting_axis: str
     passed: bool
-    claims: list[dict]  # {"claim", "supported", "reason"?}
+    claims: list[dict]  # {"claim", "supported", "reason"?, "p_supported"?}
     questions: list[str]
     questions_from: str  # "judge" or "user"
-    coverage_verdicts: list[dict]  # {"answered", "reason"?}, matched to questions by position
+    coverage_verdicts: list[dict]  # {"answered", "reason"?, "p_answered"}, matched to questions by position
+    soft_alignment: float | None = None  # mean P(supported) over claims, read from the judge's distribution
+    soft_coverage: float | None = None  # mean P(answered) over questions
     settings: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, dict] = field(default_factory=dict)  # stage -> prompt, raw_output, tokens, seconds
     judge: dict[str, Any] = field(default_factory=dict)
@@ -46,6 +48,8 @@ class SummaryScoreResult:
     keyphrases: list[str]
     questions: list[str]
     answers: list[str]  # "1" / "0", one per question, in order
+    answer_p_yes: list[float | None] = field(default_factory=list)  # P("1") per answer, from the distribution
+    soft_qa: float | None = None  # mean P("1") over answers
     settings: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, dict] = field(default_factory=dict)
     judge: dict[str, Any] = field(default_factory=dict)

@@ -45,18 +45,11 @@ def questions_list(max_questions: int, text_chars: int) -> type[BaseModel]:
 
 @lru_cache(maxsize=None)
 def coverage_verdict(reason_chars: int | None) -> type[BaseModel]:
+    """Stage "coverage", one request per question: answered, then (optionally) why."""
     fields = {"answered": (bool, ...)}
     if reason_chars:
         fields["reason"] = _text(reason_chars)
     return create_model("CoverageVerdict", __config__=_STRICT, **fields)
-
-
-@lru_cache(maxsize=None)
-def coverage_list(n_questions: int, reason_chars: int | None) -> type[BaseModel]:
-    """Stage "coverage": exactly one verdict per question asked, in the order asked."""
-    item = coverage_verdict(reason_chars)
-    return create_model("CoverageVerdictList", __config__=_STRICT,
-                        verdicts=(List[item], Field(min_length=n_questions, max_length=n_questions)))
 
 
 @lru_cache(maxsize=None)
@@ -68,10 +61,9 @@ def keyphrases_list(max_keyphrases: int, text_chars: int) -> type[BaseModel]:
 
 
 @lru_cache(maxsize=None)
-def answers_list(n_questions: int) -> type[BaseModel]:
-    """Stage "ragas_answers": exactly one "1"/"0" per question, in the order asked."""
-    return create_model("AnswerList", __config__=_STRICT,
-                        answers=(List[Literal["1", "0"]], Field(min_length=n_questions, max_length=n_questions)))
+def ragas_answer() -> type[BaseModel]:
+    """Stage "ragas_answers", one request per question: "1" or "0"."""
+    return create_model("RagasAnswer", __config__=_STRICT, answer=(Literal["1", "0"], ...))
 
 
 def max_json_chars(schema: dict) -> int:

@@ -6,7 +6,8 @@ The engine never knows which metric asked; the scorer never sees a tensor.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from functools import cached_property
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
@@ -19,8 +20,11 @@ class StageRequest:
     messages: tuple[dict, ...]  # chat messages; the engine applies the judge's chat template
     schema: type[BaseModel]  # what the output must validate against
     max_new_tokens: int | None = None  # None: the engine sizes the cap from the schema
+    # The first characters of the yes and the no token where the output holds a closed-choice verdict:
+    # ("t", "f") for a boolean, ("1", "0") for Ragas's answers. The engine reads P(yes) there.
+    verdict_choice: tuple[str, str] | None = None
 
-    @property
+    @cached_property  # grammar and group key; computed once per request
     def schema_json(self) -> str:
         return json.dumps(self.schema.model_json_schema(), sort_keys=True)
 
@@ -33,9 +37,12 @@ class StageResult:
     prompt: str = ""  # the prompt as rendered with the chat template
     tokens_in: int = 0
     tokens_out: int = 0
-    seconds: float = 0.0  # this row's share of its batch's wall time (equal split)
-    batch_size: int = 1
+    seconds: float = 0.0  # this row's wall time, from admission to the batch until it finished
+    batch_size: int = 1  # requests in the same engine call
     error: str | None = None
+    forced_tokens: int = 0  # of tokens_out: fixed by the grammar, inserted without decoding
+    decoded_tokens: int = 0  # of tokens_out: picked from the model's distribution
+    choice_probs: list[float] = field(default_factory=list)  # P(yes) at each closed-choice verdict, in order
 
     @property
     def ok(self) -> bool:
@@ -44,6 +51,7 @@ class StageResult:
     def audit(self) -> dict[str, Any]:
         """What a user needs to audit this stage: prompt, raw output, tokens, time, error."""
         return {"prompt": self.prompt, "raw_output": self.raw_output, "tokens_in": self.tokens_in,
-                "tokens_out": self.tokens_out, "seconds": round(self.seconds, 4), "batch_size": self.batch_size,
-                "error": self.error}
+                "tokens_out": self.tokens_out, "forced_tokens": self.forced_tokens,
+                "decoded_tokens": self.decoded_tokens, "p_yes": [round(p, 6) for p in self.choice_probs],
+                "seconds": round(self.seconds, 4), "batch_size": self.batch_size, "error": self.error}
 

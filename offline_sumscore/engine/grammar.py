@@ -1,16 +1,17 @@
-"""Schema -> outlines logits processor, for a given judge's tokenizer.
+"""Schema -> grammar, for a given judge's tokenizer: one matcher per row, masks for a whole batch.
 
-Backend: outlines' llguidance backend. It computes each token mask lazily from the grammar, so building a
-schema's grammar costs microseconds and no memory per state. outlines_core (the default) precompiles an
-index over the whole vocabulary per schema: measured here on SmolLM2's 49k vocabulary, 10 coverage verdicts
-with 200-character reasons took 17.5 s and 786 MB, and a cap on string lengths is exactly what makes it grow.
+Backend: outlines' llguidance backend (its tokenizer adapter and grammar compiler). It computes each token mask
+lazily from the grammar, so building a schema's grammar costs microseconds and no memory per state. outlines_core
+(outlines' default) precompiles an index over the whole vocabulary per schema: measured here on SmolLM2's 49k
+vocabulary, 10 coverage verdicts with 200-character reasons took 17.5 s and 786 MB, and a cap on string lengths
+is exactly what makes it grow.
 
 Whitespace is fixed, not flexible: by default llguidance admits any whitespace between JSON tokens, and the
 embedded judge was seen to emit newlines until the token cap (1,577 tokens in one coverage verdict list). With
-the separators fixed, the longest admissible output follows from the schema's caps alone (schemas.max_json_chars).
+the separators fixed, the longest admissible output follows from the schema's caps alone (schemas.max_json_chars),
+and the JSON skeleton becomes forced tokens the engine inserts without decoding.
 
-The grammar spec is built once per schema and kept; each batch gets its own processor (it holds one matcher
-per row), so two batches in flight never share decoding state.
+The grammar is built once per schema and kept; each row gets its own matcher, so rows never share state.
 """
 from __future__ import annotations
 
@@ -27,22 +28,58 @@ class GrammarCache:
         import outlines
         from outlines.backends.llguidance import LLGuidanceBackend
 
-        # outlines' wrapper sets tokenizer.padding_side = "left" (the loader already did, on purpose) and its
-        # processors set torch._dynamo.config.suppress_errors = True; we use no torch.compile, so that is inert.
+        # outlines' wrapper sets tokenizer.padding_side = "left" (the loader already did, on purpose).
         self._backend = LLGuidanceBackend(outlines.from_transformers(hf_model, hf_tokenizer))
+        self.llg_tokenizer = self._backend.llg_tokenizer
+        self.vocab_size = self.llg_tokenizer.vocab_size
+        self._hf_tokenizer = hf_tokenizer
         self._specs: dict[str, Any] = {}
+        self._texts: list[str] | None = None
         self._lock = threading.Lock()
 
-    def processor(self, schema_json: str):
-        """A fresh processor for one batch, from the grammar built once for this schema."""
-        from outlines.backends.llguidance import LLGuidanceLogitsProcessor
-
+    def spec(self, schema_json: str):
         with self._lock:
             spec = self._specs.get(schema_json)
             if spec is None:
                 schema = dict(json.loads(schema_json), **{"x-guidance": COMPACT_JSON})
                 spec = self._specs[schema_json] = self._backend.llg.grammar_from("json_schema", json.dumps(schema))
-        return LLGuidanceLogitsProcessor(spec, self._backend.llg_tokenizer, "torch")
+        return spec
+
+    def matcher(self, schema_json: str):
+        """A fresh matcher (one row's decoding state) from the grammar built once for this schema."""
+        import llguidance
+
+        m = llguidance.LLMatcher(self.llg_tokenizer, self.spec(schema_json))
+        if m.is_error():
+            raise ValueError(f"grammar error: {m.get_error()}")
+        return m
+
+    def processor(self, schema_json: str):
+        """An outlines logits processor for one batch (for plain transformers `generate`, as the benchmark's
+        reference rungs use)."""
+        from outlines.backends.llguidance import LLGuidanceLogitsProcessor
+
+        return LLGuidanceLogitsProcessor(self.spec(schema_json), self.llg_tokenizer, "torch")
+
+    def allocate_bitmask(self, rows: int):
+        import llguidance.torch
+
+        return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
+
+    @staticmethod
+    def fill_bitmask(matcher, bitmask, row: int) -> None:
+        import llguidance.torch
+
+        llguidance.torch.fill_next_token_bitmask(matcher, bitmask, row)
+
+    @property
+    def token_texts(self) -> list[str]:
+        """Each token id's text, for reading closed choices (true/false, "1"/"0") off a distribution."""
+        if self._texts is None:
+            tok = self._hf_tokenizer
+            pieces = tok.convert_ids_to_tokens(list(range(self.vocab_size)))
+            self._texts = [tok.convert_tokens_to_string([p]) if p is not None else "" for p in pieces]
+        return self._texts
 
     @property
     def schemas_built(self) -> int:

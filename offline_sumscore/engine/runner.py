@@ -1,98 +1,506 @@
-"""TransformersEngine: answers stage requests with a local judge, one generate call per batch.
+"""TransformersEngine: the hot loop. Answers stage requests with a local judge under JSON grammars.
 
-1. Group requests by schema (one grammar per batch) and sort each group longest prompt first, so padding
-   is small and an out-of-memory error would come in the first batch.
-2. Render each prompt with the judge's chat template and left-pad the batch.
-3. Greedy decoding under the schema's grammar; the token cap is sized from the schema's longest admissible
-   JSON, so only a broken grammar or a too-small context can reach it.
-4. Cut each row at its first end-of-sequence token. A row without one hit the cap: a failed result with its
-   raw text kept, never a guess.
+One step of the loop:
+1. Admit waiting work while the token budget allows (iteration-level batching: finished rows leave after every
+   step and waiting rows join, so one long generation never holds a whole batch). Work is admitted as units:
+   requests of one sample that share a token prefix (the system prompt and the source, or the summary of every
+   coverage question) form one unit whose prefix is prefilled once and whose KV cache is forked into one row per
+   request. Units are sorted longest first, so an out-of-memory error comes early.
+2. Compute every row's grammar mask on the CPU, as one bitmask for the batch, moved to the device once.
+   A row whose grammar is complete is finished here, without a forward pass (logit verdicts: a verdict-only row
+   costs exactly one forward pass, the one that reads the verdict).
+3. One forward pass over each row's pending tokens: the last sampled token plus any forced tokens the grammar
+   fixes (the JSON skeleton), all inserted in this one pass instead of decoded one per step. Rows feed different
+   numbers of tokens; shorter rows are padded with masked holes, and explicit position ids keep RoPE exact.
+4. Greedy pick under the mask. Where the allowed tokens form a closed choice (true/false, "1"/"0"), P(yes) is
+   read from the same distribution and kept as a soft score.
+5. Rows that hit their token cap fail with their raw text kept; nothing is ever guessed.
+
+Features can be turned off one by one (shared_prefix, forced_tokens, logit_verdicts) for the benchmark ladder
+and for tests that check each against the plain path.
 """
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from collections import defaultdict
-from typing import Sequence
-
-from pydantic import ValidationError
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from ..judge import Judge
 from ..schemas import max_json_chars
 from ..stages import StageRequest, StageResult
 from .grammar import BACKEND, GrammarCache
 
+MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
+MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
+
+
+@dataclass
+class EngineStats:
+    """Token and time counters of one engine, for results and the benchmark."""
+    prefill_tokens: int = 0  # prompt tokens run through the model (a shared prefix counted once)
+    forced_tokens: int = 0  # tokens the grammar fixed, inserted without being decoded
+    decoded_tokens: int = 0  # tokens picked from the model's distribution
+    forward_passes: int = 0
+    skipped_forwards: int = 0  # rows finished without a forward pass (grammar complete)
+    oom_splits: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Row:
+    index: int  # position of its request in run()'s list
+    request: StageRequest
+    prompt_ids: list[int]
+    cap: int
+    matcher: object = None
+    pending: list[int] = field(default_factory=list)  # tokens to feed in the next forward pass
+    position: int = 0  # position id of pending[0]
+    out: list[int] = field(default_factory=list)  # every token after the prompt (decoded and forced)
+    decoded: int = 0
+    forced: int = 0
+    choice_probs: list[float] = field(default_factory=list)
+    started: float = 0.0
+    done: bool = False
+    error: str | None = None
+
+
+@dataclass
+class _Unit:
+    rows: list[_Row]
+    prefix: list[int]  # prefilled once, then forked into one row per request
+
+    @property
+    def cost(self) -> int:  # tokens this unit will hold in the cache, padding aside
+        return len(self.prefix) + sum(len(r.prompt_ids) - len(self.prefix) + min(r.cap, 256) for r in self.rows)
+
 
 class TransformersEngine:
-    def __init__(self, judge: Judge, *, batch_size: int = 8):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1. Given: {batch_size}")
-        self.judge = judge
-        self.batch_size = batch_size
-        if judge.grammar_cache is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
-            judge.grammar_cache = GrammarCache(judge.model, judge.tokenizer)
-        self.grammars = judge.grammar_cache
-        gen = judge.model.generation_config
-        eos = gen.eos_token_id if gen.eos_token_id is not None else judge.tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {judge.tokenizer.eos_token_id}
-        self._lock = threading.Lock()  # one generate at a time on one model (ascore runs in threads)
-        judge.decisions["grammar_backend"] = f"{BACKEND}: lazy token masks, no per-schema index to precompile"
+    """Answers StageRequests on a loaded Judge. run(requests) -> results in the same order."""
 
-    def describe(self) -> dict:
-        return {"engine": "transformers", "batch_size": self.batch_size, "judge": self.judge.describe()}
-
-    def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
-        results: list[StageResult | None] = [None] * len(requests)
-        prompts = [self.judge.render(r.messages) for r in requests]
-        groups: dict[tuple, list[int]] = defaultdict(list)
-        for i, req in enumerate(requests):
-            groups[(req.schema_json, req.max_new_tokens)].append(i)
-        for (schema_json, cap), members in groups.items():
-            members.sort(key=lambda i: len(prompts[i]), reverse=True)
-            for start in range(0, len(members), self.batch_size):
-                batch = members[start:start + self.batch_size]
-                for i, res in zip(batch, self._generate([requests[i] for i in batch], [prompts[i] for i in batch],
-                                                        schema_json, cap)):
-                    results[i] = res
-        return results  # type: ignore[return-value]
-
-    def _generate(self, requests, prompts, schema_json, cap) -> list[StageResult]:
+    def __init__(self, judge: Judge, *, batch_size: int | None = None, token_budget: int | None = None,
+                 shared_prefix: bool = True, forced_tokens: bool = True, logit_verdicts: bool = True,
+                 fault_injector: Callable[[str, int], None] | None = None):
         import torch
 
-        tok, model = self.judge.tokenizer, self.judge.model
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1. Given: {batch_size}")
+        self.judge = judge
+        if judge.grammar_cache is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
+            judge.grammar_cache = GrammarCache(judge.model, judge.tokenizer)
+        self.grammars: GrammarCache = judge.grammar_cache
+        self.shared_prefix, self.forced_tokens, self.logit_verdicts = shared_prefix, forced_tokens, logit_verdicts
+        self.fault_injector = fault_injector  # tests: raise an out-of-memory error on chosen passes
+        tok = judge.tokenizer
+        gen = judge.model.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else tok.eos_token_id
+        self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]) | {tok.eos_token_id})
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
+        self.vocab_size = self.grammars.vocab_size
+        self.device = judge.model.device
+        self.max_rows, self.token_budget, why = self._capacity(batch_size, token_budget)
+        judge.decisions["batching"] = why
+        judge.decisions["grammar_backend"] = f"{BACKEND}: lazy token masks, no per-schema index to precompile"
+        import inspect
+
+        # transformers 5.24 renamed the decoder's past_key_values argument to cache (the old name is deprecated).
+        params = inspect.signature(judge.model.get_decoder().forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.stats = EngineStats()
+        self._choice_masks: dict[tuple[str, str], tuple] = {}
+        self._lock = threading.Lock()  # one run at a time on one model (ascore runs in threads)
+        self._oom = (torch.OutOfMemoryError,) if hasattr(torch, "OutOfMemoryError") else (RuntimeError,)
+
+    # -- capacity -------------------------------------------------------------------------------------------
+    def _capacity(self, batch_size, token_budget) -> tuple[int, int, str]:
+        """Rows and cached tokens per batch: from free memory unless given."""
+        import torch
+
+        cfg = self.judge.model.config
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        elem = torch.finfo(self.judge.model.dtype).bits // 8
+        per_token = 2 * cfg.num_hidden_layers * heads * head_dim * elem
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            where, default_rows = f"{free / 2**30:.1f} GiB free on {self.device}", 512
+        else:
+            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            where, default_rows = f"{free / 2**30:.1f} GiB free RAM", 64
+        # Half of free memory for the KV cache; activations and logits need the rest.
+        auto_budget = max(4096, int(free * 0.5 / per_token))
+        rows = batch_size or default_rows
+        budget = token_budget or auto_budget
+        why = (f"up to {rows} rows and {budget} cached tokens per batch "
+               f"({'given' if batch_size else 'default'} rows; budget {'given' if token_budget else 'from ' + where}, "
+               f"{per_token} bytes of KV per token)")
+        return rows, budget, why
+
+    def describe(self) -> dict:
+        return {"engine": "transformers", "max_rows": self.max_rows, "token_budget": self.token_budget,
+                "shared_prefix": self.shared_prefix, "forced_tokens": self.forced_tokens,
+                "logit_verdicts": self.logit_verdicts, "judge": self.judge.describe()}
+
+    def _decoder(self, ids, mask, positions, cache):
+        """The decoder stack without the vocabulary projection (applied later, only where a token is read)."""
+        decoder = self.judge.model.get_decoder()
+        return decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                       **{self._cache_kw: cache})
+
+    # -- planning -------------------------------------------------------------------------------------------
+    def _rows(self, requests: Sequence[StageRequest]) -> list[_Row]:
+        tok = self.judge.tokenizer
+        prompts = [self.judge.render(r.messages) for r in requests]
         # The chat template already wrote any special tokens the model expects.
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-        prompt_len = enc["input_ids"].shape[1]
-        lengths = enc["attention_mask"].sum(dim=1).tolist()
-        bound = cap or (max_json_chars(json.loads(schema_json)) + 8)
-        room = self.judge.context_length - prompt_len
-        if room < 16:
-            msg = (f"prompt of {prompt_len} tokens leaves no room in the judge's {self.judge.context_length}-token "
-                   f"context; use a shorter source or a judge with a longer context")
-            return [StageResult(request=r, value=None, raw_output="", prompt=p, tokens_in=n, error=msg)
-                    for r, p, n in zip(requests, prompts, lengths)]
-        max_new = min(bound, room)
-        processor = self.grammars.processor(schema_json)
-        started = time.perf_counter()
+        ids = tok(prompts, add_special_tokens=False)["input_ids"]
+        rows = []
+        for i, (req, prompt_ids) in enumerate(zip(requests, ids)):
+            bound = req.max_new_tokens or (max_json_chars(json.loads(req.schema_json)) + 8)
+            room = self.judge.context_length - len(prompt_ids)
+            row = _Row(index=i, request=req, prompt_ids=prompt_ids, cap=min(bound, room))
+            if room < MIN_ROOM:
+                row.done, row.error = True, (
+                    f"prompt of {len(prompt_ids)} tokens leaves no room in the judge's {self.judge.context_length}-"
+                    f"token context; use a shorter source or a longer-context judge")
+            rows.append(row)
+        return rows
+
+    def _units(self, rows: list[_Row]) -> list[_Unit]:
+        """Group rows of one sample that share a long token prefix; everything else is a unit of one."""
+        groups: dict[str, list[_Row]] = {}
+        for row in rows:
+            key = row.request.sample_id if self.shared_prefix else f"{row.index}"
+            groups.setdefault(key, []).append(row)
+        units = []
+        for members in groups.values():
+            for part in _split_by_prefix(members) if self.shared_prefix else [[m] for m in members]:
+                prefix = _common_prefix([r.prompt_ids for r in part])
+                if len(part) == 1 or len(prefix) < MIN_SHARED_PREFIX:
+                    units.extend(_Unit([r], r.prompt_ids[:-1]) for r in part)
+                else:
+                    units.append(_Unit(part, prefix))
+        return sorted(units, key=lambda u: u.cost, reverse=True)
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        import torch
+
+        if not requests:
+            return []
         with self._lock, torch.inference_mode():
-            out = model.generate(**enc, logits_processor=[processor], max_new_tokens=max_new, do_sample=False,
-                                 temperature=None, top_p=None, top_k=None, pad_token_id=tok.pad_token_id,
-                                 eos_token_id=sorted(self.eos_ids))
-        seconds = (time.perf_counter() - started) / len(requests)
-        results = []
-        for req, prompt, n_in, row in zip(requests, prompts, lengths, out[:, prompt_len:].tolist()):
-            end = next((k for k, t in enumerate(row) if t in self.eos_ids), None)
-            text = tok.decode(row[:end] if end is not None else row, skip_special_tokens=True)
-            res = StageResult(request=req, value=None, raw_output=text, prompt=prompt, tokens_in=n_in,
-                              tokens_out=(end + 1) if end is not None else len(row), seconds=seconds,
-                              batch_size=len(requests))
-            if end is None:
-                res.error = f"hit the {max_new}-token cap before the JSON closed; raw output kept"
-            else:
+            started = time.perf_counter()
+            rows = self._rows(requests)
+            waiting = self._units([r for r in rows if not r.done])
+            active: list[_Row] = []
+            cache, mask = None, None
+            while waiting or active:
+                cache, mask, active = self._admit(waiting, active, cache, mask)
+                if not active:
+                    continue
                 try:
-                    res.value = req.schema.model_validate_json(text)
-                except ValidationError as exc:
-                    res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
-            results.append(res)
-        return results
+                    cache, mask, active = self._step(active, cache, mask)
+                except self._oom:
+                    cache, mask, active = self._preempt(active, waiting, cache, mask)
+            self.stats.seconds += time.perf_counter() - started
+        return [self._result(r, len(requests)) for r in rows]
+
+    def _admit(self, waiting: list[_Unit], active: list[_Row], cache, mask):
+        """Prefill waiting units that fit the budget and merge them into the running batch. Out of memory in a
+        prefill: retry with half the units; a single unit waits for the running rows to leave, and fails loudly
+        only when it cannot run even alone."""
+        width = mask.shape[1] if mask is not None else 0
+        used = len(active) * width
+        chosen: list[_Unit] = []
+        while waiting:
+            unit = waiting[0]
+            rows_after = len(active) + sum(len(u.rows) for u in chosen) + len(unit.rows)
+            if (used + unit.cost > self.token_budget or rows_after > self.max_rows) and (active or chosen):
+                break
+            chosen.append(waiting.pop(0))
+            used += unit.cost
+        while chosen:
+            try:
+                new_cache, new_mask, new_rows = self._prefill(chosen)
+            except self._oom:
+                self.stats.oom_splits += 1
+                if len(chosen) > 1:
+                    half = len(chosen) // 2
+                    waiting[:0] = chosen[half:]
+                    chosen = chosen[:half]
+                elif active:
+                    waiting.insert(0, chosen[0])
+                    return cache, mask, active
+                else:
+                    for row in chosen[0].rows:
+                        row.done, row.error = True, "out of memory even alone; use a shorter prompt or a larger device"
+                    return cache, mask, active
+            else:
+                return _merge(cache, mask, active, new_cache, new_mask, new_rows)
+        return cache, mask, active
+
+    def _prefill(self, units: list[_Unit]):
+        """Run each unit's shared prefix once (left-padded batch), then fork the cache into one row per request."""
+        import torch
+
+        prefixes = [u.prefix for u in units]
+        width = max(len(p) for p in prefixes)
+        ids = torch.full((len(units), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(units), width), dtype=torch.long)
+        for i, p in enumerate(prefixes):
+            if p:
+                ids[i, width - len(p):] = torch.tensor(p)
+                mask[i, width - len(p):] = 1
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        if self.fault_injector:
+            self.fault_injector("prefill", sum(len(u.rows) for u in units))
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.judge.model.config)
+        if width:
+            self._decoder(ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
+            self.stats.forward_passes += 1
+        self.stats.prefill_tokens += sum(len(p) for p in prefixes)
+        # Fork: row j of unit i reads unit i's cache.
+        fork = [i for i, u in enumerate(units) for _ in u.rows]
+        if width:
+            _select(cache, torch.tensor(fork, device=self.device))
+        rows = []
+        now = time.perf_counter()
+        for unit in units:
+            for row in unit.rows:
+                row.matcher = self.grammars.matcher(row.request.schema_json)
+                row.pending = row.prompt_ids[len(unit.prefix):]
+                row.position = len(unit.prefix)
+                self.stats.prefill_tokens += len(row.pending)  # the prompt's own part, fed in the first step
+                row.started = now
+                if self.forced_tokens:
+                    self._take_forced(row)
+                rows.append(row)
+        return cache, mask[fork].to(self.device), rows
+
+    def _take_forced(self, row: _Row) -> None:
+        forced = row.matcher.compute_ff_tokens()
+        if forced:
+            row.matcher.consume_tokens(forced)
+            row.out.extend(forced)
+            row.pending.extend(forced)
+            row.forced += len(forced)
+            self.stats.forced_tokens += len(forced)
+
+    def _step(self, active: list[_Row], cache, mask):
+        import torch
+
+        # 2. Masks for the whole batch on the CPU, then one transfer.
+        bitmask = self.grammars.allocate_bitmask(len(active))
+        for i, row in enumerate(active):
+            self.grammars.fill_bitmask(row.matcher, bitmask, i)
+        allowed = _unpack(bitmask, self.vocab_size)
+        only_eos = allowed.sum(1) == allowed[:, self.eos_ids].sum(1)
+        if self.logit_verdicts:
+            # The grammar is complete: nothing is left to read from the model.
+            finished = [i for i, row in enumerate(active) if only_eos[i]]
+            if finished:
+                for i in finished:
+                    active[i].done = True
+                self.stats.skipped_forwards += len(finished)
+                keep = [i for i in range(len(active)) if not only_eos[i]]
+                if not keep:
+                    return None, None, []
+                active = [active[i] for i in keep]
+                index = torch.tensor(keep, device=self.device)
+                _select(cache, index)
+                mask = mask[index]
+                bitmask, allowed = bitmask[keep], allowed[keep]
+        # 3. One forward pass over every row's pending tokens; shorter rows get masked holes.
+        width = max(len(r.pending) for r in active)
+        ids = torch.full((len(active), width), self.pad_id, dtype=torch.long)
+        new_mask = torch.zeros((len(active), width), dtype=torch.long)
+        positions = torch.zeros((len(active), width), dtype=torch.long)
+        for i, row in enumerate(active):
+            n = len(row.pending)
+            ids[i, :n] = torch.tensor(row.pending)
+            new_mask[i, :n] = 1
+            positions[i, :] = torch.arange(row.position, row.position + width).clamp(max=row.position + n - 1)
+        if self.fault_injector:
+            self.fault_injector("step", len(active))
+        full_mask = torch.cat([mask, new_mask.to(self.device)], dim=1)
+        hidden = self._decoder(ids.to(self.device), full_mask, positions.to(self.device), cache).last_hidden_state
+        self.stats.forward_passes += 1
+        last = torch.tensor([len(r.pending) - 1 for r in active], device=self.device)
+        # The vocabulary projection only where a token is read: one position per row, not every fed token.
+        logits = self.judge.model.get_output_embeddings()(hidden[torch.arange(len(active), device=self.device), last])
+        logits = logits[:, :self.vocab_size].float()
+        dev_allowed = allowed.to(self.device)
+        logits = logits.masked_fill(~dev_allowed, float("-inf"))
+        picks = logits.argmax(dim=-1).tolist()
+        # 4. Soft verdicts where the allowed tokens form a closed choice (whitespace-only tokens are neutral).
+        # P(yes) is kept at the step whose pick decides the verdict, so each verdict gets exactly one.
+        probs = None
+        for i, row in enumerate(active):
+            row.position += len(row.pending)
+            choice = row.request.verdict_choice
+            if choice is None:
+                continue
+            yes, no, neutral = self._choice_mask(choice)
+            ok = allowed[i]
+            decisive = bool(yes[picks[i]] or no[picks[i]])
+            if decisive and not (ok & ~(yes | no | neutral)).any() and (ok & yes).any() and (ok & no).any():
+                if probs is None:
+                    probs = torch.softmax(logits, dim=-1).cpu()
+                p_yes, p_no = float(probs[i][yes].sum()), float(probs[i][no].sum())
+                row.choice_probs.append(p_yes / (p_yes + p_no))
+        for i, (row, token) in enumerate(zip(active, picks)):
+            row.out.append(token)
+            row.decoded += 1
+            self.stats.decoded_tokens += 1
+            row.pending = [token]
+            if token in self.eos_ids:
+                row.done = True
+                continue
+            row.matcher.consume_token(token)
+            if self.forced_tokens:
+                self._take_forced(row)
+            if len(row.out) >= row.cap:
+                row.done, row.error = True, f"hit the {row.cap}-token cap before the JSON closed; raw output kept"
+        mask = full_mask
+        keep = [i for i, r in enumerate(active) if not r.done]
+        if len(keep) < len(active):
+            index = torch.tensor(keep, device=self.device, dtype=torch.long)
+            _select(cache, index)
+            mask = mask[index]
+            active = [active[i] for i in keep]
+        return _trim(cache, mask, active)
+
+    def _preempt(self, active: list[_Row], waiting: list[_Unit], cache, mask):
+        """Out of memory in a step: send the newest half of the rows back to wait, from scratch (greedy decoding
+        makes their rerun identical), and go on with the rest."""
+        import torch
+
+        self.stats.oom_splits += 1
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if len(active) == 1:
+            active[0].done, active[0].error = True, "out of memory even alone; use a shorter prompt or a larger device"
+            return None, None, []
+        cut = len(active) // 2
+        for row in active[cut:]:
+            _restart(row)
+            waiting.insert(0, _Unit([row], row.prompt_ids[:-1]))
+        keep = torch.arange(cut, device=self.device)
+        _select(cache, keep)
+        return cache, mask[keep], active[:cut]
+
+    def _choice_mask(self, choice: tuple[str, str]):
+        """Tokens whose text (quotes and spaces stripped) starts with the yes / the no character, and the
+        whitespace-only tokens a grammar may allow before either."""
+        if choice not in self._choice_masks:
+            import torch
+
+            stripped = [t.lstrip(' "') for t in self.grammars.token_texts]
+            yes = torch.tensor([t.startswith(choice[0]) for t in stripped])
+            no = torch.tensor([t.startswith(choice[1]) for t in stripped])
+            neutral = torch.tensor([t.strip() == "" and t != "" for t in self.grammars.token_texts])
+            self._choice_masks[choice] = (yes, no, neutral)
+        return self._choice_masks[choice]
+
+    def _result(self, row: _Row, calls: int) -> StageResult:
+        tok = self.judge.tokenizer
+        body = [t for t in row.out if t not in self.eos_ids]
+        text = tok.decode(body, skip_special_tokens=True)
+        res = StageResult(request=row.request, value=None, raw_output=text, prompt=self.judge.render(row.request.messages),
+                          tokens_in=len(row.prompt_ids), tokens_out=len(row.out), seconds=0.0,
+                          batch_size=calls, error=row.error, forced_tokens=row.forced, decoded_tokens=row.decoded,
+                          choice_probs=list(row.choice_probs))
+        res.seconds = time.perf_counter() - row.started if row.started else 0.0
+        if res.error is None:
+            from pydantic import ValidationError
+
+            try:
+                res.value = row.request.schema.model_validate_json(text)
+            except ValidationError as exc:
+                res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+        return res
+
+
+# -- cache helpers (tensors of shape [rows, heads, columns, head_dim] per layer) ---------------------------------
+def _layers(cache):
+    return [layer for layer in cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel()]
+
+
+def _select(cache, index) -> None:
+    for layer in _layers(cache):
+        layer.keys, layer.values = layer.keys[index], layer.values[index]
+
+
+def _merge(cache, mask, active, new_cache, new_mask, new_rows):
+    """Join newly prefilled rows to the running batch: left-pad the shorter cache with masked columns."""
+    import torch
+
+    if cache is None or not active:
+        return new_cache, new_mask, new_rows
+    a, b = mask.shape[1], new_mask.shape[1]
+    width = max(a, b)
+
+    def pad(t, cols):  # left-pad a [rows, heads, cols, dim] tensor
+        if cols == width:
+            return t
+        z = t.new_zeros(t.shape[0], t.shape[1], width - cols, t.shape[3])
+        return torch.cat([z, t], dim=2)
+
+    for old, new in zip(_layers(cache), _layers(new_cache)):
+        old.keys = torch.cat([pad(old.keys, a), pad(new.keys, b)], dim=0)
+        old.values = torch.cat([pad(old.values, a), pad(new.values, b)], dim=0)
+    left = lambda m, cols: torch.cat([m.new_zeros(m.shape[0], width - cols), m], dim=1) if cols < width else m
+    return cache, torch.cat([left(mask, a), left(new_mask, b)], dim=0), active + new_rows
+
+
+def _trim(cache, mask, active):
+    """Drop leading columns that no row attends to (left padding of rows that have left)."""
+    if mask is None or not active:
+        return cache, mask, active
+    used = mask.any(dim=0).nonzero()
+    first = int(used[0]) if len(used) else mask.shape[1]
+    if first > 0:
+        for layer in _layers(cache):
+            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        mask = mask[:, first:]
+    return cache, mask, active
+
+
+def _restart(row: _Row) -> None:
+    row.matcher = None
+    row.pending, row.out, row.choice_probs = [], [], []
+    row.decoded = row.forced = row.position = 0
+
+
+def _unpack(bitmask, vocab_size: int):
+    """[rows, words] int32 bitmask -> [rows, vocab] bool."""
+    import torch
+
+    shifts = torch.arange(32, dtype=torch.int32)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1
+    return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+def _common_prefix(seqs: list[list[int]]) -> list[int]:
+    """Longest common token prefix, always leaving each sequence at least one token to feed."""
+    n = min(len(s) for s in seqs) - 1
+    first = seqs[0]
+    for k in range(max(n, 0)):
+        if any(s[k] != first[k] for s in seqs[1:]):
+            return first[:k]
+    return first[:max(n, 0)]
+
+
+def _split_by_prefix(rows: list[_Row]) -> list[list[_Row]]:
+    """Rows of one sample whose prompts share at least MIN_SHARED_PREFIX tokens beyond the chat preamble go
+    together; a row that shares little with the rest goes alone."""
+    by_head: dict[tuple, list[_Row]] = {}
+    for row in rows:
+        by_head.setdefault(tuple(row.prompt_ids[:MIN_SHARED_PREFIX * 4]), []).append(row)
+    return list(by_head.values())

@@ -19,6 +19,16 @@ from ..stages import StageRequest, StageResult
 Plan = Generator[list[StageRequest], list[StageResult], Any]
 
 
+def soft_score(probs: list[float | None]) -> float | None:
+    """Mean P(yes) over verdicts, where the engine read them; None when none was read (e.g. a scripted judge)."""
+    known = [p for p in probs if p is not None]
+    return sum(known) / len(known) if len(known) == len(probs) and known else None
+
+
+def first_prob(result: StageResult) -> float | None:
+    return result.choice_probs[0] if result.choice_probs else None
+
+
 def drive(engine: Engine, plans: Sequence[Plan]) -> list[Any]:
     """Run every plan to completion, one engine call per wave. A plan that raises JudgeOutputError ends as that
     exception in its slot; the other plans go on."""
@@ -47,9 +57,10 @@ def drive(engine: Engine, plans: Sequence[Plan]) -> list[Any]:
     return outcomes
 
 
-def require(result: StageResult, stages: dict[str, dict]) -> Any:
-    """The stage's parsed value, or a loud JudgeOutputError carrying the raw output."""
-    stages[result.request.stage] = result.audit()
+def require(result: StageResult, stages: dict[str, dict], key: str | None = None) -> Any:
+    """The stage's parsed value, or a loud JudgeOutputError carrying the raw output. The audit is stored under
+    key (default: the stage name; per-question stages use "coverage.0", "coverage.1", ...)."""
+    stages[key or result.request.stage] = result.audit()
     if not result.ok:
         exc = JudgeOutputError(result.error or "no output", stage=result.request.stage,
                                raw_output=result.raw_output, sample_id=result.request.sample_id)
@@ -62,8 +73,8 @@ class ScorerBase:
     metric = ""
 
     def __init__(self, model: Any = None, *, engine: Engine | None = None, device: str = "auto",
-                 dtype: str = "auto", batch_size: int = 8):
-        if batch_size < 1:
+                 dtype: str = "auto", batch_size: int | None = None):
+        if batch_size is not None and batch_size < 1:
             raise UsageError(f"batch_size must be >= 1. Given: {batch_size}")
         self._model, self._engine = model, engine
         self.device, self.dtype, self.batch_size = device, dtype, batch_size

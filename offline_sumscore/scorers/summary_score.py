@@ -3,7 +3,7 @@
 Waves per sample:
   1. "keyphrases"      (text): people, organisations, locations, dates/times, money, percentages.
   2. "ragas_questions" (text + keyphrases): closed questions the text answers "1".
-  3. "ragas_answers"   (summary + questions, never the text): "1" or "0" per question.
+  3. "ragas_answers"   (summary + one question, never the text): "1" or "0", one request per question.
 text = the reference contexts joined with "\\n". QA = answers "1" / answers returned;
 conciseness = 1 - min(len(summary), len(text)) / (len(text) + 1e-10) in characters;
 score = QA*(1-coeff) + conciseness*coeff with length_penalty, else QA. Not rounded.
@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..results import SummaryScoreResult
 from ..samples import Sample, check_text
 from ..stages import StageRequest
-from .base import Plan, ScorerBase, require
+from .base import Plan, ScorerBase, first_prob, require, soft_score
 
 
 class SummaryScore(ScorerBase):
@@ -88,12 +88,14 @@ class SummaryScore(ScorerBase):
                                                                          max_questions=self.max_questions)),
                                     schemas.questions_list(self.max_questions, self.max_text_chars))]
         questions = list(require(qs, stages).questions)
-        (ans,) = yield [StageRequest(sample.id, "ragas_answers",
-                                     tuple(prompts.ragas_answers_prompt(sample.summary, questions)),
-                                     schemas.answers_list(len(questions)))]
-        answers = list(require(ans, stages).answers)
+        # One request per question: the summary is their shared prefix, computed once by the engine.
+        replies = yield [StageRequest(sample.id, "ragas_answers", tuple(prompts.ragas_answer_prompt(sample.summary, q)),
+                                      schemas.ragas_answer(), verdict_choice=("1", "0"))
+                         for q in questions]
+        answers = [require(r, stages, f"ragas_answers.{i}").answer for i, r in enumerate(replies)]
+        p_yes = [first_prob(r) for r in replies]
         value = summary_score(answers, sample.source, sample.summary, length_penalty=self.length_penalty,
                               coeff=self.coeff)
         return SummaryScoreResult(id=sample.id, score=value.score, qa=value.qa, conciseness=value.conciseness,
-                                  keyphrases=keyphrases, questions=questions, answers=answers,
-                                  settings=self.settings, stages=stages)
+                                  keyphrases=keyphrases, questions=questions, answers=answers, answer_p_yes=p_yes,
+                                  soft_qa=soft_score(p_yes), settings=self.settings, stages=stages)

@@ -6,7 +6,8 @@ Waves per sample:
      "questions" (source only): at most max_questions closed questions the source answers yes, most important
                  first. The judge never sees the summary here, so questions are chosen without regard to it.
                  Skipped when the user supplies questions.
-  2. "coverage"  (summary + questions, never the source): one `answered` verdict per question asked.
+  2. "coverage"  (summary + one question, never the source): one request, one `answered` verdict, per question
+                 asked; the engine computes the shared summary prefix once.
 Then pure arithmetic: alignment = supported/claims, coverage = answered/min(len(questions), max_questions),
 score = round_half_up(min(alignment, coverage) x scale).
 
@@ -22,7 +23,9 @@ from ..errors import UsageError
 from ..results import SummarizationResult
 from ..samples import Sample, as_sample, check_text
 from ..stages import StageRequest
-from .base import Plan, ScorerBase, require
+from .base import Plan, ScorerBase, first_prob, require, soft_score
+
+BOOLEAN = ("t", "f")  # a JSON boolean's yes and no tokens start with these
 
 
 def _fmt(x: float) -> str:
@@ -119,22 +122,31 @@ class SummarizationScorer(ScorerBase):
         wave1 = [StageRequest(sample.id, "claims",
                               tuple(prompts.claims_prompt(sample.source, sample.summary, max_claims=self.max_claims,
                                                           with_reason=self.include_reason)),
-                              schemas.claims_list(self.max_claims, self.max_text_chars, reason_chars))]
+                              schemas.claims_list(self.max_claims, self.max_text_chars, reason_chars),
+                              verdict_choice=BOOLEAN)]
         if given is None:
             wave1.append(StageRequest(sample.id, "questions",
                                       tuple(prompts.questions_prompt(sample.source, max_questions=self.max_questions)),
                                       schemas.questions_list(self.max_questions, self.max_text_chars)))
         results = yield wave1
         claims = [c.model_dump() for c in require(results[0], stages).claims]
+        if len(results[0].choice_probs) == len(claims):
+            for claim, p in zip(claims, results[0].choice_probs):
+                claim["p_supported"] = p
         questions = list(given) if given is not None else list(require(results[1], stages).questions)
         asked = questions[:self.max_questions]
         verdicts: list[dict] = []
         if asked:
-            (coverage,) = yield [StageRequest(sample.id, "coverage",
-                                              tuple(prompts.coverage_prompt(sample.summary, asked,
-                                                                            with_reason=self.include_reason)),
-                                              schemas.coverage_list(len(asked), reason_chars))]
-            verdicts = [v.model_dump() for v in require(coverage, stages).verdicts]
+            # One request per question: the summary is their shared prefix, computed once by the engine.
+            answers = yield [StageRequest(sample.id, "coverage",
+                                          tuple(prompts.coverage_prompt(sample.summary, q,
+                                                                        with_reason=self.include_reason)),
+                                          schemas.coverage_verdict(reason_chars), verdict_choice=BOOLEAN)
+                             for q in asked]
+            for i, answer in enumerate(answers):
+                verdict = require(answer, stages, f"coverage.{i}").model_dump()
+                verdict["p_answered"] = first_prob(answer)
+                verdicts.append(verdict)
         value = two_axis_score(claims, questions, verdicts, max_questions=self.max_questions, scale=self.scale,
                                strict_mode=self.strict_mode, threshold=self.threshold)
         reason = (compose_reason(value.score, value.alignment, value.coverage, value.limiting_axis, claims, asked,
@@ -143,4 +155,6 @@ class SummarizationScorer(ScorerBase):
             id=sample.id, score=value.score, reason=reason, alignment=value.alignment, coverage=value.coverage,
             limiting_axis=value.limiting_axis, passed=value.passed, claims=claims, questions=questions,
             questions_from="user" if given is not None else "judge", coverage_verdicts=verdicts,
+            soft_alignment=soft_score([c.get("p_supported") for c in claims]),
+            soft_coverage=soft_score([v["p_answered"] for v in verdicts]),
             settings=self.settings, stages=stages)

@@ -41,8 +41,8 @@ def test_two_axis_valid_verdict_lists_for_a_batch_of_two(judge):
         again = two_axis_score(r.claims, r.questions, r.coverage_verdicts, max_questions=2)
         assert (r.score, r.alignment, r.coverage) == (again.score, again.alignment, again.coverage)
         assert r.reason.startswith(f"The score is ")
-        assert r.stages["claims"]["tokens_out"] > 0 and r.stages["coverage"]["batch_size"] == 2
-        assert "<source>" not in r.stages["coverage"]["prompt"]
+        assert r.stages["claims"]["tokens_out"] > 0 and r.stages["coverage.0"]["batch_size"] == 2 * len(r.questions)
+        assert all("<source>" not in r.stages[f"coverage.{i}"]["prompt"] for i in range(len(r.questions)))
 
 
 def test_summary_score_valid_lists(judge):
@@ -60,7 +60,7 @@ def test_token_cap_fails_loudly_with_the_raw_text_kept(judge):
     (res,) = engine.run([req])
     assert not res.ok and res.value is None
     assert res.error == "hit the 4-token cap before the JSON closed; raw output kept"
-    assert res.raw_output.startswith('{"') and res.tokens_out == 4
+    assert res.raw_output.startswith('{"') and res.tokens_out >= 4
 
 
 def test_cli_scores_a_small_file_with_the_real_model(tmp_path):
@@ -105,9 +105,10 @@ def test_conversion_is_safe_when_two_processes_run_it_at_once(tmp_path):
     assert time.perf_counter() - started < 30  # idempotent: no second conversion (which takes ~40 s)
 
 
-def test_each_schema_grammar_is_built_once_and_each_batch_gets_its_own_processor(judge):
+def test_each_schema_grammar_is_built_once_and_each_row_gets_its_own_matcher(judge):
     engine = TransformersEngine(judge)
-    schema_json = StageRequest("s", "questions", (), schemas.questions_list(2, 60)).schema_json
-    first, second = engine.grammars.processor(schema_json), engine.grammars.processor(schema_json)
-    assert engine.grammars.schemas_built == 1 and first is not second
+    schema_json = StageRequest("s", "questions", (), schemas.questions_list(7, 61)).schema_json  # not used elsewhere
+    before = engine.grammars.schemas_built
+    first, second = engine.grammars.matcher(schema_json), engine.grammars.matcher(schema_json)
+    assert engine.grammars.schemas_built == before + 1 and first is not second
     assert TransformersEngine(judge).grammars is engine.grammars  # a second scorer on this judge shares them

@@ -27,7 +27,7 @@ def write_jsonl(path, rows):
 
 def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, use_scripted):
     for _ in ROWS:
-        use_scripted.enqueue("claims", CLAIMS).enqueue("questions", QUESTIONS).enqueue("coverage", COVERAGE)
+        use_scripted.enqueue("claims", CLAIMS).enqueue("questions", QUESTIONS).enqueue("coverage", *COVERAGE)
     src, out = write_jsonl(tmp_path / "in.jsonl", ROWS), tmp_path / "out.jsonl"
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--max-questions", "5", "--quiet"],
                                 catch_exceptions=False)
@@ -43,7 +43,7 @@ def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, 
 
 def test_summary_score_from_csv_with_mapped_fields(tmp_path, use_scripted):
     use_scripted.enqueue("keyphrases", {"keyphrases": ["A"]}).enqueue("ragas_questions", {"questions": ["Q?"]})
-    use_scripted.enqueue("ragas_answers", {"answers": ["1"]})
+    use_scripted.enqueue("ragas_answers", {"answer": "1"})
     src, out = tmp_path / "in.csv", tmp_path / "out.jsonl"
     src.write_text('doc,abstract,id\n"A long source, with a comma.",Short.,x1\n')
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--metric", "summary-score",
@@ -56,7 +56,7 @@ def test_summary_score_from_csv_with_mapped_fields(tmp_path, use_scripted):
 
 def test_failed_row_is_recorded_and_exit_code_is_one(tmp_path, use_scripted):
     use_scripted.enqueue("claims", "{broken", CLAIMS).enqueue("questions", QUESTIONS, QUESTIONS)
-    use_scripted.enqueue("coverage", COVERAGE)
+    use_scripted.enqueue("coverage", *COVERAGE)
     src, out = write_jsonl(tmp_path / "in.jsonl", ROWS[:2]), tmp_path / "out.jsonl"
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet"], catch_exceptions=False)
     assert result.exit_code == 1

@@ -8,11 +8,11 @@ from tests.conftest import SOURCE, SUMMARY
 
 KEYPHRASES = {"keyphrases": ["Lindford", "Mill Street", "4 million pounds", "March"]}
 QUESTIONS = {"questions": ["Is the library on Mill Street?", "Does it cost 4 million pounds?", "Does work start in March?"]}
-ANSWERS = {"answers": ["1", "1", "0"]}
+ANSWERS = [{"answer": "1"}, {"answer": "1"}, {"answer": "0"}]  # one reply per question
 
 
 def enqueue_all(scripted):
-    scripted.enqueue("keyphrases", KEYPHRASES).enqueue("ragas_questions", QUESTIONS).enqueue("ragas_answers", ANSWERS)
+    scripted.enqueue("keyphrases", KEYPHRASES).enqueue("ragas_questions", QUESTIONS).enqueue("ragas_answers", *ANSWERS)
 
 
 def test_ragas_argument_names_and_the_formula(scripted):
@@ -24,17 +24,19 @@ def test_ragas_argument_names_and_the_formula(scripted):
     assert r.conciseness == pytest.approx(1 - len(SUMMARY) / (len(text) + 1e-10))
     assert r.score == pytest.approx(r.qa * 0.7 + r.conciseness * 0.3) and r.value == r.score
     assert r.keyphrases == KEYPHRASES["keyphrases"] and r.answers == ["1", "1", "0"]
-    assert [q.stage for q in scripted.requests] == ["keyphrases", "ragas_questions", "ragas_answers"]
+    assert [q.stage for q in scripted.requests] == ["keyphrases", "ragas_questions"] + ["ragas_answers"] * 3
+    assert r.soft_qa is None and r.answer_p_yes == [None] * 3
 
 
 def test_questions_are_drawn_from_text_and_keyphrases_and_answered_without_the_text(scripted):
     enqueue_all(scripted)
     SummaryScore(engine=scripted).score(SOURCE, SUMMARY)
-    questions_req, answers_req = scripted.requests[1], scripted.requests[2]
+    questions_req, answer_reqs = scripted.requests[1], scripted.requests[2:]
     assert "Mill Street; 4 million pounds" in json.dumps(questions_req.messages)
-    assert "Construction will begin" not in json.dumps(answers_req.messages)
-    sch = answers_req.schema.model_json_schema()["properties"]["answers"]
-    assert sch["minItems"] == sch["maxItems"] == 3
+    assert len(answer_reqs) == 3
+    for req, question in zip(answer_reqs, QUESTIONS["questions"]):
+        assert "Construction will begin" not in json.dumps(req.messages) and question in json.dumps(req.messages)
+        assert req.schema.model_json_schema()["properties"]["answer"]["enum"] == ["1", "0"]
 
 
 def test_no_length_penalty_scores_qa_alone(scripted):

@@ -30,14 +30,12 @@ def test_verdict_key_comes_before_reason_key():
         assert keys.index(verdict) < keys.index("reason")
 
 
-def test_coverage_schema_demands_exactly_one_verdict_per_question():
-    model = schemas.coverage_list(3, None)
-    sch = model.model_json_schema()["properties"]["verdicts"]
-    assert (sch["minItems"], sch["maxItems"]) == (3, 3)
-    model.model_validate({"verdicts": [{"answered": True}] * 3})
-    for n in (2, 4):
+def test_coverage_schema_is_one_boolean_verdict_per_question_request():
+    model = schemas.coverage_verdict(None)
+    assert model.model_validate({"answered": True}).answered is True
+    for bad in ({"answered": "yes"}, {}, {"answered": True, "extra": 1}, [{"answered": True}]):
         with pytest.raises(ValidationError):
-            model.model_validate({"verdicts": [{"answered": True}] * n})
+            model.model_validate(bad)
 
 
 def test_questions_schema_at_most_max_questions_and_capped_strings():
@@ -50,12 +48,12 @@ def test_questions_schema_at_most_max_questions_and_capped_strings():
         model.model_validate({"questions": ["q" * 31]})
 
 
-def test_ragas_answers_are_exactly_one_or_zero_strings():
-    model = schemas.answers_list(2)
-    model.model_validate({"answers": ["1", "0"]})
-    for bad in (["1", "yes"], ["1"], [1, 0]):
+def test_ragas_answer_is_exactly_one_or_zero_string():
+    model = schemas.ragas_answer()
+    assert model.model_validate({"answer": "0"}).answer == "0"
+    for bad in ("yes", 1, "10"):
         with pytest.raises(ValidationError):
-            model.model_validate({"answers": bad})
+            model.model_validate({"answer": bad})
 
 
 def test_reasonless_schema_has_no_reason_field():
@@ -70,8 +68,8 @@ def test_max_json_chars_bounds_a_maximal_document():
 
 
 def test_coverage_prompts_never_contain_the_source():
-    two_axis = prompts.coverage_prompt("The quarry reopened.", ["Did the quarry reopen?"], with_reason=True)
-    ragas = prompts.ragas_answers_prompt("The quarry reopened.", ["Did the quarry reopen?"])
+    two_axis = prompts.coverage_prompt("The quarry reopened.", "Did the quarry reopen?", with_reason=True)
+    ragas = prompts.ragas_answer_prompt("The quarry reopened.", "Did the quarry reopen?")
     for messages in (two_axis, ragas):
         assert "ZEBRA-SOURCE" not in json.dumps(messages)
         assert "<source>" not in json.dumps(messages)
@@ -92,3 +90,14 @@ def test_importing_the_package_and_arithmetic_loads_no_torch():
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_prompts_that_run_together_share_their_opening():
+    """The engine forks the KV cache of a shared prefix: the prompts must actually share one."""
+    claims = json.dumps(prompts.claims_prompt(SECRET_SOURCE, "A summary.", max_claims=3, with_reason=True))
+    questions = json.dumps(prompts.questions_prompt(SECRET_SOURCE, max_questions=3))
+    shared = len(prompts._SYSTEM) + len(SECRET_SOURCE)
+    assert claims[:shared] == questions[:shared]
+    c1 = json.dumps(prompts.coverage_prompt("The summary.", "Q one?", with_reason=False))
+    c2 = json.dumps(prompts.coverage_prompt("The summary.", "Q two?", with_reason=False))
+    assert c1[:c1.index("Q one?")] == c2[:c2.index("Q two?")]
