@@ -41,7 +41,7 @@ def _default(cls, name: str) -> Any:
 def _scorer_options(metric: str, opts: dict) -> dict:
     """Keep the options the chosen scorer takes; say so loudly when an option belongs to the other metric."""
     cls = METRICS[metric]
-    accepted = set(inspect.signature(cls.__init__).parameters) | {"device", "dtype", "batch_size"}
+    accepted = set(inspect.signature(cls.__init__).parameters) | {"device", "dtype", "batch_size", "token_budget"}
     kwargs = {}
     for key, value in opts.items():
         if value is None:
@@ -114,7 +114,9 @@ def _common(fn):
                      help="auto (bf16 on a capable GPU, fp32 on CPU), float32, bfloat16 or float16."),
         click.option("--batch-size", type=int, default=_default(ScorerBase, "batch_size"),
                      help="Most rows in flight per forward pass (a row is one stage request). "
-                          "Default: chosen from free memory."),
+                          "Default: 64 on CPU, 512 on a GPU."),
+        click.option("--token-budget", type=int, default=None,
+                     help="Most tokens held in the KV cache at once. Default: from free memory."),
     ]
     for opt in reversed(options):
         fn = opt(fn)
@@ -186,7 +188,7 @@ def convert(gguf, output_dir):
 @_common
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Also write the rows as JSONL here.")
-def demo(metric, model, device, dtype, batch_size, output_path):
+def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
     """Score the bundled examples (examples/demo.jsonl) and print the scores.
 
     Uses small caps (3 questions, 4 claims, short reasons) so it finishes in a minute or two on a CPU.
@@ -204,7 +206,7 @@ def demo(metric, model, device, dtype, batch_size, output_path):
         out = open(output_path, "w", encoding="utf-8") if output_path else None
         failed = False
         for name in (METRICS if metric == "both" else [metric]):
-            scorer = METRICS[name](judge, batch_size=batch_size, **caps[name])
+            scorer = METRICS[name](judge, batch_size=batch_size, token_budget=token_budget, **caps[name])
             rows = _run(name, samples, scorer, out, SAMPLES_PER_CHUNK, quiet=False)
             for row in rows:
                 if row.get("error"):

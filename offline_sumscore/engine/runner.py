@@ -85,7 +85,7 @@ class TransformersEngine:
 
     def __init__(self, judge: Judge, *, batch_size: int | None = None, token_budget: int | None = None,
                  shared_prefix: bool = True, forced_tokens: bool = True, logit_verdicts: bool = True,
-                 fault_injector: Callable[[str, int], None] | None = None):
+                 step_tokens: int | None = None, fault_injector: Callable[[str, int], None] | None = None):
         import torch
 
         if batch_size is not None and batch_size < 1:
@@ -96,6 +96,11 @@ class TransformersEngine:
         self.grammars: GrammarCache = judge.grammar_cache
         self.shared_prefix, self.forced_tokens, self.logit_verdicts = shared_prefix, forced_tokens, logit_verdicts
         self.fault_injector = fault_injector  # tests: raise an out-of-memory error on chosen passes
+        # Padding slots a forward pass may carry: a pass reads every weight once, so up to about this many extra
+        # token slots ride along nearly free. Estimated, not measured: on the 2-core CPU with the 135M judge a pass
+        # reads 425 MB (~60 ms at 7 GB/s) and one token costs ~3 ms of compute, so about 16; an 8B model on an
+        # H200 reads 16 GB (~3 ms) against ~0.02 ms per token, so a few hundred.
+        self.step_tokens = step_tokens or (256 if judge.model.device.type == "cuda" else 16)
         tok = judge.tokenizer
         gen = judge.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else tok.eos_token_id
@@ -198,9 +203,12 @@ class TransformersEngine:
             waiting = self._units([r for r in rows if not r.done])
             active: list[_Row] = []
             cache, mask = None, None
-            while waiting or active:
+            while waiting or any(not r.done for r in active):
+                if waiting and any(r.done for r in active):
+                    # Admission merges caches and counts the budget: compact the finished rows out first.
+                    cache, mask, active = _compact(cache, mask, active)
                 cache, mask, active = self._admit(waiting, active, cache, mask)
-                if not active:
+                if not any(not r.done for r in active):
                     continue
                 try:
                     cache, mask, active = self._step(active, cache, mask)
@@ -225,7 +233,7 @@ class TransformersEngine:
             used += unit.cost
         while chosen:
             try:
-                new_cache, new_mask, new_rows = self._prefill(chosen)
+                new_cache, new_mask, new_rows = self._prefill(chosen, joining=bool(active))
             except self._oom:
                 self.stats.oom_splits += 1
                 if len(chosen) > 1:
@@ -243,8 +251,9 @@ class TransformersEngine:
                 return _merge(cache, mask, active, new_cache, new_mask, new_rows)
         return cache, mask, active
 
-    def _prefill(self, units: list[_Unit]):
-        """Run each unit's shared prefix once (left-padded batch), then fork the cache into one row per request."""
+    def _prefill(self, units: list[_Unit], joining: bool = True):
+        """Run each unit's shared prefix once (left-padded batch), then fork the cache into one row per request.
+        joining: rows are running already, so the new rows' own prompt remainders get a pass of their own."""
         import torch
 
         prefixes = [u.prefix for u in units]
@@ -269,19 +278,35 @@ class TransformersEngine:
         fork = [i for i, u in enumerate(units) for _ in u.rows]
         if width:
             _select(cache, torch.tensor(fork, device=self.device))
-        rows = []
+        mask = mask[fork].to(self.device)
+        rows = [row for unit in units for row in unit.rows]
+        starts = [len(unit.prefix) for unit in units for _ in unit.rows]
+        # Each row's own rest of the prompt (all but its last token) in a second pass over the new rows only, so
+        # the running batch's steps feed one token (plus forced ones) per row instead of padding every row out to
+        # the longest prompt remainder.
+        rests = [row.prompt_ids[start:-1] if joining else [] for row, start in zip(rows, starts)]
+        width = max(len(r) for r in rests)
+        if width:
+            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+            rest_mask = torch.zeros((len(rows), width), dtype=torch.long)
+            positions = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, (rest, start) in enumerate(zip(rests, starts)):
+                ids[i, :len(rest)] = torch.tensor(rest, dtype=torch.long)
+                rest_mask[i, :len(rest)] = 1
+                positions[i] = torch.arange(start, start + width).clamp(max=start + max(len(rest), 1) - 1)
+            mask = torch.cat([mask, rest_mask.to(self.device)], dim=1)
+            self._decoder(ids.to(self.device), mask, positions.to(self.device), cache)
+            self.stats.forward_passes += 1
         now = time.perf_counter()
-        for unit in units:
-            for row in unit.rows:
-                row.matcher = self.grammars.matcher(row.request.schema_json)
-                row.pending = row.prompt_ids[len(unit.prefix):]
-                row.position = len(unit.prefix)
-                self.stats.prefill_tokens += len(row.pending)  # the prompt's own part, fed in the first step
-                row.started = now
-                if self.forced_tokens:
-                    self._take_forced(row)
-                rows.append(row)
-        return cache, mask[fork].to(self.device), rows
+        for row, start, rest in zip(rows, starts, rests):
+            row.matcher = self.grammars.matcher(row.request.schema_json)
+            row.pending = row.prompt_ids[start + len(rest):]
+            row.position = start + len(rest)
+            self.stats.prefill_tokens += len(row.prompt_ids) - start  # the prompt's own part
+            row.started = now
+            if self.forced_tokens:
+                self._take_forced(row)
+        return cache, mask, rows
 
     def _take_forced(self, row: _Row) -> None:
         forced = row.matcher.compute_ff_tokens()
@@ -295,35 +320,37 @@ class TransformersEngine:
     def _step(self, active: list[_Row], cache, mask):
         import torch
 
-        # 2. Masks for the whole batch on the CPU, then one transfer.
+        # 2. Masks for the whole batch on the CPU, then one transfer. Finished rows may still hold a slot (see
+        # the end of the step): they feed nothing and read nothing.
+        live = [i for i, row in enumerate(active) if not row.done]
         bitmask = self.grammars.allocate_bitmask(len(active))
-        for i, row in enumerate(active):
-            self.grammars.fill_bitmask(row.matcher, bitmask, i)
+        for i in live:
+            self.grammars.fill_bitmask(active[i].matcher, bitmask, i)
         allowed = _unpack(bitmask, self.vocab_size)
-        only_eos = allowed.sum(1) == allowed[:, self.eos_ids].sum(1)
         if self.logit_verdicts:
-            # The grammar is complete: nothing is left to read from the model.
-            finished = [i for i, row in enumerate(active) if only_eos[i]]
-            if finished:
-                for i in finished:
+            # A complete grammar allows only the end token: nothing is left to read from the model.
+            only_eos = allowed.sum(1) == allowed[:, self.eos_ids].sum(1)
+            for i in live:
+                if only_eos[i]:
                     active[i].done = True
-                self.stats.skipped_forwards += len(finished)
-                keep = [i for i in range(len(active)) if not only_eos[i]]
-                if not keep:
-                    return None, None, []
-                active = [active[i] for i in keep]
-                index = torch.tensor(keep, device=self.device)
-                _select(cache, index)
-                mask = mask[index]
-                bitmask, allowed = bitmask[keep], allowed[keep]
-        # 3. One forward pass over every row's pending tokens; shorter rows get masked holes.
-        width = max(len(r.pending) for r in active)
+                    self.stats.skipped_forwards += 1
+            live = [i for i in live if not active[i].done]
+            if not live:
+                return None, None, []
+        # 3. One forward pass over the rows' pending tokens; shorter rows get masked holes. The width is the
+        # widest whose padding stays within step_tokens slots: that much padding rides along nearly free (the pass
+        # reads every weight once anyway), more costs real compute. A row with a longer run of forced tokens feeds
+        # the rest of it in the next step and reads no token in this one.
+        lengths = [0 if r.done else len(r.pending) for r in active]
+        width = max(lengths)
+        while width > 1 and sum(width - min(n, width) for n in lengths) > self.step_tokens:
+            width -= 1
+        fed = [min(n, width) for n in lengths]
         ids = torch.full((len(active), width), self.pad_id, dtype=torch.long)
         new_mask = torch.zeros((len(active), width), dtype=torch.long)
         positions = torch.zeros((len(active), width), dtype=torch.long)
-        for i, row in enumerate(active):
-            n = len(row.pending)
-            ids[i, :n] = torch.tensor(row.pending)
+        for i, (row, n) in enumerate(zip(active, fed)):
+            ids[i, :n] = torch.tensor(row.pending[:n], dtype=torch.long)
             new_mask[i, :n] = 1
             positions[i, :] = torch.arange(row.position, row.position + width).clamp(max=row.position + n - 1)
         if self.fault_injector:
@@ -331,30 +358,38 @@ class TransformersEngine:
         full_mask = torch.cat([mask, new_mask.to(self.device)], dim=1)
         hidden = self._decoder(ids.to(self.device), full_mask, positions.to(self.device), cache).last_hidden_state
         self.stats.forward_passes += 1
-        last = torch.tensor([len(r.pending) - 1 for r in active], device=self.device)
-        # The vocabulary projection only where a token is read: one position per row, not every fed token.
-        logits = self.judge.model.get_output_embeddings()(hidden[torch.arange(len(active), device=self.device), last])
-        logits = logits[:, :self.vocab_size].float()
-        dev_allowed = allowed.to(self.device)
-        logits = logits.masked_fill(~dev_allowed, float("-inf"))
-        picks = logits.argmax(dim=-1).tolist()
+        reading = [i for i in live if fed[i] == len(active[i].pending)]
+        for i in live:
+            active[i].position += fed[i]
+            active[i].pending = active[i].pending[fed[i]:]
+        picks: list[int] = []
+        if reading:
+            rows_t = torch.tensor(reading, device=self.device)
+            last = torch.tensor([fed[i] - 1 for i in reading], device=self.device)
+            # The vocabulary projection only where a token is read: one position per reading row.
+            logits = self.judge.model.get_output_embeddings()(hidden[rows_t, last])
+            logits = logits[:, :self.vocab_size].float()
+            read_allowed = allowed[reading]
+            logits = logits.masked_fill(~read_allowed.to(self.device), float("-inf"))
+            picks = logits.argmax(dim=-1).tolist()
         # 4. Soft verdicts where the allowed tokens form a closed choice (whitespace-only tokens are neutral).
         # P(yes) is kept at the step whose pick decides the verdict, so each verdict gets exactly one.
         probs = None
-        for i, row in enumerate(active):
-            row.position += len(row.pending)
+        for k, i in enumerate(reading):
+            row = active[i]
             choice = row.request.verdict_choice
             if choice is None:
                 continue
             yes, no, neutral = self._choice_mask(choice)
-            ok = allowed[i]
-            decisive = bool(yes[picks[i]] or no[picks[i]])
+            ok = read_allowed[k]
+            decisive = bool(yes[picks[k]] or no[picks[k]])
             if decisive and not (ok & ~(yes | no | neutral)).any() and (ok & yes).any() and (ok & no).any():
                 if probs is None:
                     probs = torch.softmax(logits, dim=-1).cpu()
-                p_yes, p_no = float(probs[i][yes].sum()), float(probs[i][no].sum())
+                p_yes, p_no = float(probs[k][yes].sum()), float(probs[k][no].sum())
                 row.choice_probs.append(p_yes / (p_yes + p_no))
-        for i, (row, token) in enumerate(zip(active, picks)):
+        for k, i in enumerate(reading):
+            row, token = active[i], picks[k]
             row.out.append(token)
             row.decoded += 1
             self.stats.decoded_tokens += 1
@@ -367,14 +402,12 @@ class TransformersEngine:
                 self._take_forced(row)
             if len(row.out) >= row.cap:
                 row.done, row.error = True, f"hit the {row.cap}-token cap before the JSON closed; raw output kept"
-        mask = full_mask
-        keep = [i for i, r in enumerate(active) if not r.done]
-        if len(keep) < len(active):
-            index = torch.tensor(keep, device=self.device, dtype=torch.long)
-            _select(cache, index)
-            mask = mask[index]
-            active = [active[i] for i in keep]
-        return _trim(cache, mask, active)
+        # 5. Compacting the batch copies the whole KV cache, so finished rows keep their slot (fed nothing) until a
+        # quarter of the slots are finished, or new rows are admitted.
+        dead = sum(r.done for r in active)
+        if dead and dead * 4 >= len(active):
+            return _compact(cache, full_mask, active)
+        return _trim(cache, full_mask, active)
 
     def _preempt(self, active: list[_Row], waiting: list[_Unit], cache, mask):
         """Out of memory in a step: send the newest half of the rows back to wait, from scratch (greedy decoding
@@ -384,6 +417,7 @@ class TransformersEngine:
         self.stats.oom_splits += 1
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+        cache, mask, active = _compact(cache, mask, active)
         if len(active) == 1:
             active[0].done, active[0].error = True, "out of memory even alone; use a shorter prompt or a larger device"
             return None, None, []
@@ -457,6 +491,20 @@ def _merge(cache, mask, active, new_cache, new_mask, new_rows):
         old.values = torch.cat([pad(old.values, a), pad(new.values, b)], dim=0)
     left = lambda m, cols: torch.cat([m.new_zeros(m.shape[0], width - cols), m], dim=1) if cols < width else m
     return cache, torch.cat([left(mask, a), left(new_mask, b)], dim=0), active + new_rows
+
+
+def _compact(cache, mask, active):
+    """Drop the finished rows' slots from the batch (one copy of the KV cache)."""
+    import torch
+
+    keep = [i for i, r in enumerate(active) if not r.done]
+    if not keep:
+        return None, None, []
+    if len(keep) < len(active):
+        index = torch.tensor(keep, device=mask.device, dtype=torch.long)
+        _select(cache, index)
+        mask, active = mask[index], [active[i] for i in keep]
+    return _trim(cache, mask, active)
 
 
 def _trim(cache, mask, active):

@@ -73,11 +73,12 @@ class ScorerBase:
     metric = ""
 
     def __init__(self, model: Any = None, *, engine: Engine | None = None, device: str = "auto",
-                 dtype: str = "auto", batch_size: int | None = None):
-        if batch_size is not None and batch_size < 1:
-            raise UsageError(f"batch_size must be >= 1. Given: {batch_size}")
+                 dtype: str = "auto", batch_size: int | None = None, token_budget: int | None = None):
+        for name, value in (("batch_size", batch_size), ("token_budget", token_budget)):
+            if value is not None and value < 1:
+                raise UsageError(f"{name} must be >= 1. Given: {value}")
         self._model, self._engine = model, engine
-        self.device, self.dtype, self.batch_size = device, dtype, batch_size
+        self.device, self.dtype, self.batch_size, self.token_budget = device, dtype, batch_size, token_budget
 
     @property
     def engine(self) -> Engine:
@@ -88,7 +89,7 @@ class ScorerBase:
 
             judge = self._model if isinstance(self._model, Judge) else load_judge(
                 self._model, device=self.device, dtype=self.dtype)
-            self._engine = TransformersEngine(judge, batch_size=self.batch_size)
+            self._engine = TransformersEngine(judge, batch_size=self.batch_size, token_budget=self.token_budget)
         return self._engine
 
     def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract

@@ -103,3 +103,24 @@ def test_summary_score_answers_through_the_engine_with_p_yes(judge):
     r = SummaryScore(judge, max_questions=2, max_keyphrases=2, max_text_chars=40).score(SOURCE, SUMMARY)
     assert len(r.answer_p_yes) == len(r.answers)
     assert all((p > 0.5) == (a == "1") for p, a in zip(r.answer_p_yes, r.answers))
+
+
+def test_engine_text_equals_plain_transformers_generate_under_the_same_grammar(judge):
+    """The hot loop against the reference it replaces: HF generate + outlines' llguidance processor, greedy."""
+    from offline_sumscore import prompts, schemas
+    from offline_sumscore.stages import StageRequest
+
+    engine = TransformersEngine(judge)
+    reqs = [StageRequest("a", "coverage", tuple(prompts.coverage_prompt(SUMMARY, q, with_reason=True)),
+                         schemas.coverage_verdict(30), verdict_choice=("t", "f")) for q in SAMPLES[0]["questions"]]
+    reqs.append(StageRequest("b", "questions", tuple(prompts.questions_prompt(SOURCE, max_questions=2)),
+                             schemas.questions_list(2, 40)))
+    ours = engine.run(reqs)
+    tok = judge.tokenizer
+    for req, res in zip(reqs, ours):
+        enc = tok([judge.render(req.messages)], return_tensors="pt", add_special_tokens=False)
+        out = judge.model.generate(**enc, logits_processor=[engine.grammars.processor(req.schema_json)],
+                                   max_new_tokens=200, do_sample=False, temperature=None, top_p=None, top_k=None,
+                                   pad_token_id=tok.pad_token_id)
+        reference = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        assert res.ok and res.raw_output == reference

@@ -1,0 +1,349 @@
+"""Throughput ladder: one process, one loaded judge, the same frozen inputs, each rung adding one feature.
+
+    python benchmarks/throughput.py --config cpu      # embedded judge, 6 samples, 3 questions (about 10 min here)
+    python benchmarks/throughput.py --config gpu --tokenizer DIR   # Llama-3.1-8B geometry, random bf16 weights
+
+Rungs (two-axis metric, reasons on, the full pipeline: claims, questions, one coverage verdict per question):
+  0  naive loop: one prebuilt outlines Generator per schema, one call per prompt
+  1  outlines Generator.batch per stage (one call per schema per wave)
+  2  our engine: iteration-level batching across samples (every token decoded, nothing shared)
+  3  + shared prefixes (source / summary prefilled once, KV cache forked per request)
+  4  + forced tokens (the JSON skeleton inserted in one forward pass, not decoded)
+  5  + verdicts from logits (rows end when the grammar is complete; P(yes) read off the distribution)
+  5b the same engine without reasons (include_reason=False): what a bulk run that needs only scores costs
+
+Per rung: samples/s, questions/s, prefill/forced/decoded tokens per second, the ratio to rung 0 and to the
+previous rung, the verdict flip rate against rung 0, and the rung's time as a percentage of the workload's physical
+floor: max(FLOPs / peak FLOP/s, bytes / peak bytes/s) for the least work that gives these verdicts (the token and
+forward-pass counts of the rung that ran the fewest tokens), FLOPs = 2 x weights x tokens run through the model
+(attention scores left out: small at these lengths), bytes = weights read once per forward pass + KV cache read
+per decoded token; the peaks are measured on this machine at the start (a matmul and a copy). Writes JSON and a markdown table
+to benchmarks/results/ and prints the JSON as its last line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from offline_sumscore import SummarizationScorer  # noqa: E402
+from offline_sumscore.engine.runner import TransformersEngine  # noqa: E402
+from offline_sumscore.stages import StageResult  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "agreement" / "summeval_dev.jsonl"
+
+CONFIGS = {
+    # Caps keep the embedded judge's degenerate repetition to a realistic length.
+    "cpu": dict(samples=6, questions=3, max_claims=4, text_chars=80, reason_chars=60, source_chars=1200,
+                reference_samples=6),
+    # ~6 claims, 10 questions, reasons of ~25 tokens: random weights write to every cap, so the caps set the load.
+    # Rungs 0 and 1 run on the first 8 samples only: the naive loop over 256 would take hours. Rates are per sample.
+    "gpu": dict(samples=256, questions=10, max_claims=6, text_chars=100, reason_chars=100, source_chars=3000,
+                reference_samples=8),
+}
+
+
+# -- reference rungs: outlines' own generators behind the engine door -------------------------------------------
+class OutlinesEngine:
+    """Rungs 0 and 1: outlines.Generator with a prebuilt llguidance processor per schema (the same grammar our
+    engine uses), called once per prompt (batch=False) or once per schema per wave (batch=True)."""
+
+    def __init__(self, judge, *, batch: bool):
+        import outlines
+
+        self.judge, self.batch = judge, batch
+        self.model = outlines.from_transformers(judge.model, judge.tokenizer)
+        self.grammars = TransformersEngine(judge, batch_size=1).grammars  # the judge's shared grammar cache
+        self.generators: dict[str, object] = {}
+        self.prefill_tokens = self.decoded_tokens = self.forward_passes = 0
+
+    def describe(self) -> dict:
+        return {"engine": "outlines-batch" if self.batch else "outlines-loop", "judge": self.judge.describe()}
+
+    def _generator(self, schema_json: str):
+        import outlines
+
+        if schema_json not in self.generators:
+            self.generators[schema_json] = outlines.Generator(self.model, processor=self.grammars.processor(schema_json))
+        return self.generators[schema_json]
+
+    def run(self, requests):
+        from outlines.inputs import Chat
+        from offline_sumscore.schemas import max_json_chars
+
+        results: list[StageResult | None] = [None] * len(requests)
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(r.schema_json, []).append(i)
+        tok = self.judge.tokenizer
+        for schema_json, members in groups.items():
+            gen = self._generator(schema_json)
+            cap = max_json_chars(json.loads(schema_json)) + 8
+            calls = [members] if self.batch else [[i] for i in members]
+            for call in calls:
+                chats = [Chat(list(requests[i].messages)) for i in call]
+                texts = gen.batch(chats, max_new_tokens=cap, do_sample=False) if self.batch else \
+                    [gen(chats[0], max_new_tokens=cap, do_sample=False)]
+                longest = 0
+                for i, text in zip(call, texts):
+                    prompt = self.judge.render(requests[i].messages)
+                    n_in = len(tok(prompt, add_special_tokens=False)["input_ids"])
+                    n_out = len(tok(text, add_special_tokens=False)["input_ids"]) + 1  # + end of sequence
+                    self.prefill_tokens += n_in
+                    self.decoded_tokens += n_out
+                    longest = max(longest, n_out)
+                    res = StageResult(request=requests[i], value=None, raw_output=text, prompt=prompt,
+                                      tokens_in=n_in, tokens_out=n_out, decoded_tokens=n_out)
+                    try:
+                        res.value = requests[i].schema.model_validate_json(text)
+                    except Exception as exc:  # noqa: BLE001 - recorded, as the real engine records it
+                        res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+                    results[i] = res
+                self.forward_passes += longest  # one prefill pass plus one pass per further token
+        return results
+
+
+# -- the machine's peaks ---------------------------------------------------------------------------------------
+def measure_peaks(device: torch.device, dtype: torch.dtype) -> dict:
+    """Best-of-3 matmul FLOP/s and copy bytes/s on this device, in the judge's dtype."""
+    n = 4096 if device.type == "cuda" else 1024
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    big = torch.empty(int(2**30 if device.type == "cuda" else 2**28) // 4, device=device, dtype=torch.float32)
+
+    def timed(fn, reps):
+        best = float("inf")
+        for _ in range(3):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            best = min(best, (time.perf_counter() - t) / reps)
+        return best
+
+    mm = timed(lambda: a @ b, 10)
+    copy = timed(lambda: big.clone(), 5)
+    return {"flops_per_s": 2 * n**3 / mm, "bytes_per_s": 2 * big.numel() * 4 / copy, "matmul_n": n,
+            "dtype": str(dtype).replace("torch.", "")}
+
+
+def physical_floor(judge, peaks, processed_tokens, read_tokens, forward_passes, avg_context) -> float:
+    cfg = judge.model.config
+    # The decoder's weights run for every token; the vocabulary projection only where a token is read. A tied
+    # head shares the embedding matrix but is still read from memory on every pass.
+    body = sum(p.numel() for n, p in judge.model.named_parameters() if "embed_tokens" not in n and "lm_head" not in n)
+    elem = judge.model.dtype.itemsize
+    lm_head = cfg.hidden_size * cfg.vocab_size
+    params = body + lm_head
+    flops = 2 * body * processed_tokens + 2 * lm_head * read_tokens
+    heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv_per_token = 2 * cfg.num_hidden_layers * heads * head_dim * elem
+    bytes_ = params * elem * forward_passes + kv_per_token * avg_context * read_tokens
+    return max(flops / peaks["flops_per_s"], bytes_ / peaks["bytes_per_s"])
+
+
+# -- inputs ----------------------------------------------------------------------------------------------------
+def frozen_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
+    """The first n items of a JSONL file with source/summary, one summary per document, sources cut at a sentence
+    end near source_chars (so the CPU run fits its time box). Falls back to the bundled demo set, repeated."""
+    rows: list[dict] = []
+    if path.exists():
+        seen = set()
+        for line in path.open():
+            item = json.loads(line)
+            doc = item["id"].split(":")[1] if ":" in item["id"] else item["id"]
+            if doc in seen:
+                continue
+            seen.add(doc)
+            source = item["source"]
+            if len(source) > source_chars:
+                cut = source.rfind(". ", 0, source_chars)
+                source = source[:cut + 1] if cut > 0 else source[:source_chars]
+            rows.append({"id": item["id"], "source": source, "summary": item["summary"]})
+            if len(rows) == n:
+                break
+    if len(rows) < n:
+        demo = Path(__file__).resolve().parent.parent / "offline_sumscore" / "examples" / "demo.jsonl"
+        base = [json.loads(line) for line in demo.open()]
+        while len(rows) < n:
+            item = dict(base[len(rows) % len(base)])
+            item["id"] = f"{item['id']}-{len(rows)}"
+            rows.append(item)
+    return rows
+
+
+def verdicts(result) -> list[bool]:
+    if getattr(result, "error", None):
+        return []
+    return [c["supported"] for c in result.claims] + [v["answered"] for v in result.coverage_verdicts]
+
+
+def flip_rate(base, other) -> float:
+    flips = total = 0
+    for a, b in zip(base, other):
+        va, vb = verdicts(a), verdicts(b)
+        total += max(len(va), len(vb))
+        flips += sum(x != y for x, y in zip(va, vb)) + abs(len(va) - len(vb))
+    return flips / total if total else 0.0
+
+
+# -- the ladder ------------------------------------------------------------------------------------------------
+def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int = 32, allow_cpu: bool = False):
+    from offline_sumscore.judge import Judge, load_judge, models_root
+
+    if config == "cpu":
+        return load_judge(model)
+    # GPU: Llama-3.1-8B's geometry with random weights. Throughput does not depend on weight values.
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else None
+    if device is None and not allow_cpu:
+        raise SystemExit("--config gpu needs a CUDA device (--allow-cpu with --layers 2 checks the code path here)")
+    device = device or "cpu"
+    tok_dir = tokenizer_dir or str(models_root() / "SmolLM2-135M-Instruct")
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+    tokenizer.padding_side = "left"
+    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                      tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        hf_model = LlamaForCausalLM(cfg)
+    torch.set_default_dtype(torch.float32)
+    hf_model.eval()
+    hf_model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return Judge(model=hf_model, tokenizer=tokenizer, name=f"random-llama-3.1-8b-geometry-{layers}-layers",
+                 path="(random)", device=device, dtype="bfloat16", identity="random", context_length=8192,
+                 decisions={"weights": "random, Llama-3.1-8B geometry (32 layers, 4096 hidden, GQA 8); tokenizer "
+                                       "SmolLM2's: ids below 49152 of a 128256-row head"})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Throughput ladder (see the module docstring).")
+    ap.add_argument("--config", choices=list(CONFIGS), default="cpu")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL with source/summary (frozen inputs)")
+    ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one")
+    ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
+    ap.add_argument("--rungs", default="0,1,2,3,4,5,5b")
+    ap.add_argument("--samples", type=int, default=None)
+    ap.add_argument("--questions", type=int, default=None)
+    ap.add_argument("--layers", type=int, default=32, help="gpu config: decoder layers (32 is Llama-3.1-8B)")
+    ap.add_argument("--allow-cpu", action="store_true", help="gpu config: run on the CPU (a code-path check only)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    cfg = dict(CONFIGS[args.config])
+    if args.samples:
+        cfg["samples"] = args.samples
+    if args.questions:
+        cfg["questions"] = args.questions
+    judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu)
+    peaks = measure_peaks(judge.model.device, judge.model.dtype)
+    inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
+    caps = dict(max_questions=cfg["questions"], max_claims=cfg["max_claims"], max_text_chars=cfg["text_chars"],
+                max_reason_chars=cfg["reason_chars"])
+    # Warm up: grammars compiled, kernels loaded, token texts cached; not timed.
+    SummarizationScorer(engine=TransformersEngine(judge), **caps).score_many(inputs[:1], on_error="return")
+
+    ladder = {
+        "0": ("naive loop: outlines Generator per schema, one call per prompt", lambda: OutlinesEngine(judge, batch=False), True),
+        "1": ("outlines .batch per stage", lambda: OutlinesEngine(judge, batch=True), True),
+        "2": ("engine: cross-sample iteration-level batching", lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False), True),
+        "3": ("+ shared prefixes", lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False), True),
+        "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False), True),
+        "5": ("+ verdicts from logits", lambda: TransformersEngine(judge), True),
+        "5b": ("rung 5 without reasons (include_reason=False)", lambda: TransformersEngine(judge), False),
+    }
+    rows, outputs = [], {}
+    for rung in args.rungs.split(","):
+        label, make, with_reason = ladder[rung]
+        engine = make()
+        scorer = SummarizationScorer(engine=engine, include_reason=with_reason, **caps)
+        batch = inputs[:cfg["reference_samples"]] if isinstance(engine, OutlinesEngine) else inputs
+        if judge.model.device.type == "cuda":
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        results = scorer.score_many(batch, on_error="return")
+        if judge.model.device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - started
+        outputs[rung] = results
+        if isinstance(engine, OutlinesEngine):
+            prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
+        else:
+            s = engine.stats
+            prefill, forced, decoded, passes = s.prefill_tokens, s.forced_tokens, s.decoded_tokens, s.forward_passes
+        questions = sum(len(r.coverage_verdicts) for r in results if not getattr(r, "error", None))
+        rows.append({"rung": rung, "feature": label, "seconds": round(seconds, 2), "samples": len(batch),
+                     "samples_per_s": len(batch) / seconds, "questions_per_s": questions / seconds,
+                     "prefill_tok_per_s": prefill / seconds, "forced_tok_per_s": forced / seconds,
+                     "decoded_tok_per_s": decoded / seconds, "prefill_tokens": prefill, "forced_tokens": forced,
+                     "decoded_tokens": decoded, "forward_passes": passes,
+                     "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
+                     "flip_rate_vs_rung0": flip_rate(outputs["0"], results) if "0" in outputs else None})
+        print(f"rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s", file=sys.stderr, flush=True)
+    # One floor for the workload: the least work that gives the same verdicts, i.e. the token and pass counts of
+    # the rung that ran the fewest tokens (rung 5 when it ran). Every rung's time is set against it.
+    least = min((r for r in rows if r["rung"] != "5b"), key=lambda r: r["prefill_tokens"] + r["forced_tokens"]
+                + r["decoded_tokens"])
+    avg_context = least["prefill_tokens"] / max(1, least["samples"] * (2 + cfg["questions"]))
+    floor = physical_floor(judge, peaks, least["prefill_tokens"] + least["forced_tokens"] + least["decoded_tokens"],
+                           least["decoded_tokens"], least["forward_passes"], avg_context)
+    floor_per_sample = floor / least["samples"]
+    for row in rows:
+        row["pct_of_floor"] = 100 * floor_per_sample * row["samples"] / row["seconds"]
+    base = rows[0]["samples_per_s"]
+    for prev, row in zip([None] + rows[:-1], rows):
+        row["x_rung0"] = row["samples_per_s"] / base
+        row["x_previous"] = row["samples_per_s"] / prev["samples_per_s"] if prev else 1.0
+
+    vllm = "vLLM is not importable in this environment: no vLLM reference rung was run"
+    try:
+        import vllm  # noqa: F401
+
+        vllm = "vLLM is importable, but its reference rung is not implemented yet: say so rather than skip silently"
+    except ImportError:
+        pass
+    report = {"config": args.config, "settings": cfg, "judge": judge.describe(), "peaks": peaks,
+              "floor_seconds_per_sample": floor_per_sample, "floor_from_rung": least["rung"],
+              "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                          "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                          "torch": torch.__version__},
+              "inputs": str(args.data) if args.data.exists() else "bundled demo examples", "rows": rows,
+              "vllm": vllm}
+    table = ["| rung | feature | samples | s | samples/s | questions/s | prefill tok/s | forced tok/s | decoded tok/s | "
+             "x rung 0 | x previous | flips vs 0 | % of floor |", "|" + "---|" * 13]
+    for r in rows:
+        flips = "-" if r["flip_rate_vs_rung0"] is None else f"{100 * r['flip_rate_vs_rung0']:.1f}%"
+        table.append(f"| {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | {r['samples_per_s']:.3f} | "
+                     f"{r['questions_per_s']:.3f} | {r['prefill_tok_per_s']:.0f} | {r['forced_tok_per_s']:.0f} | "
+                     f"{r['decoded_tok_per_s']:.1f} | {r['x_rung0']:.2f} | {r['x_previous']:.2f} | {flips} | "
+                     f"{r['pct_of_floor']:.1f}% |")
+    markdown = (f"# Throughput ladder, config {args.config}\n\n{len(inputs)} samples, {cfg['questions']} questions, "
+                f"judge {judge.name} ({judge.device}, {judge.dtype}); peaks measured: "
+                f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s, {peaks['bytes_per_s'] / 1e9:.1f} GB/s; workload floor "
+                f"{floor_per_sample:.3f} s per sample (from rung {least['rung']}'s token and pass counts).\n\n"
+                + "\n".join(table) + f"\n\n{vllm}.\n")
+    out = args.out or RESULTS / f"throughput_{args.config}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")
+    Path(f"{out}.md").write_text(markdown)
+    print(markdown)
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
