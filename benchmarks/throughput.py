@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from offline_sumscore import SummarizationScorer  # noqa: E402
+from offline_sumscore.engine.grammar import GrammarCache  # noqa: E402
 from offline_sumscore.engine.runner import TransformersEngine  # noqa: E402
 from offline_sumscore.stages import StageResult  # noqa: E402
 
@@ -62,7 +63,9 @@ class OutlinesEngine:
 
         self.judge, self.batch = judge, batch
         self.model = outlines.from_transformers(judge.model, judge.tokenizer)
-        self.grammars = TransformersEngine(judge, batch_size=1).grammars  # the judge's shared grammar cache
+        if judge.grammar_cache is None:  # the same compiled grammars our engine uses
+            judge.grammar_cache = GrammarCache(judge.model, judge.tokenizer)
+        self.grammars = judge.grammar_cache
         self.generators: dict[str, object] = {}
         self.prefill_tokens = self.decoded_tokens = self.forward_passes = 0
 
@@ -317,7 +320,9 @@ def main() -> None:
         vllm = "vLLM is importable, but its reference rung is not implemented yet: say so rather than skip silently"
     except ImportError:
         pass
-    report = {"config": args.config, "settings": cfg, "judge": judge.describe(), "peaks": peaks,
+    report = {"config": args.config, "settings": cfg, "judge": judge.describe(),
+              "engine": {k: v for k, v in TransformersEngine(judge).describe().items() if k != "judge"},
+              "peaks": peaks,
               "floor_seconds_per_sample": floor_per_sample, "floor_from_rung": least["rung"],
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,

@@ -108,9 +108,7 @@ class TransformersEngine:
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
         self.vocab_size = self.grammars.vocab_size
         self.device = judge.model.device
-        self.max_rows, self.token_budget, why = self._capacity(batch_size, token_budget)
-        judge.decisions["batching"] = why
-        judge.decisions["grammar_backend"] = f"{BACKEND}: lazy token masks, no per-schema index to precompile"
+        self.max_rows, self.token_budget, self.capacity_reason = self._capacity(batch_size, token_budget)
         import inspect
 
         # transformers 5.24 renamed the decoder's past_key_values argument to cache (the old name is deprecated).
@@ -148,6 +146,8 @@ class TransformersEngine:
 
     def describe(self) -> dict:
         return {"engine": "transformers", "max_rows": self.max_rows, "token_budget": self.token_budget,
+                "capacity": self.capacity_reason, "step_tokens": self.step_tokens,
+                "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
                 "shared_prefix": self.shared_prefix, "forced_tokens": self.forced_tokens,
                 "logit_verdicts": self.logit_verdicts, "judge": self.judge.describe()}
 
@@ -188,7 +188,9 @@ class TransformersEngine:
                 if len(part) == 1 or len(prefix) < MIN_SHARED_PREFIX:
                     units.extend(_Unit([r], r.prompt_ids[:-1]) for r in part)
                 else:
-                    units.append(_Unit(part, prefix))
+                    # A unit never holds more rows than a batch may: split it, each piece prefilling the prefix.
+                    units.extend(_Unit(part[k:k + self.max_rows], prefix)
+                                 for k in range(0, len(part), self.max_rows))
         return sorted(units, key=lambda u: u.cost, reverse=True)
 
     # -- the loop -------------------------------------------------------------------------------------------

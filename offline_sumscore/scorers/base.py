@@ -106,7 +106,9 @@ class ScorerBase:
         samples = [as_sample(item, i) for i, item in enumerate(items)]
         engine = self.engine
         outcomes = drive(engine, [self.plan(s) for s in samples])
-        judge = engine.describe().get("judge", {})
+        described = engine.describe()
+        # The row records the judge and, under it, the engine settings that produced the verdicts.
+        judge = dict(described.get("judge", {}), engine={k: v for k, v in described.items() if k != "judge"})
         final = []
         for sample, outcome in zip(samples, outcomes):
             if isinstance(outcome, JudgeOutputError):
