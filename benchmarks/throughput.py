@@ -313,13 +313,11 @@ def main() -> None:
         row["x_rung0"] = row["samples_per_s"] / base
         row["x_previous"] = row["samples_per_s"] / prev["samples_per_s"] if prev else 1.0
 
-    vllm = "vLLM is not importable in this environment: no vLLM reference rung was run"
-    try:
-        import vllm  # noqa: F401
+    import importlib.util
 
-        vllm = "vLLM is importable, but its reference rung is not implemented yet: say so rather than skip silently"
-    except ImportError:
-        pass
+    vllm = ("vLLM is importable, but its reference rung is not implemented yet: no vLLM rung was run"
+            if importlib.util.find_spec("vllm") else
+            "vLLM is not importable in this environment: no vLLM reference rung was run")
     report = {"config": args.config, "settings": cfg, "judge": judge.describe(),
               "engine": {k: v for k, v in TransformersEngine(judge).describe().items() if k != "judge"},
               "peaks": peaks,

