@@ -85,13 +85,13 @@ def _table(metric: str, rows: list[dict], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _run(metric: str, samples, scorer, out, batch_size: int, quiet: bool) -> list[dict]:
+def _run(metric: str, samples, scorer, out, chunk_size: int, quiet: bool) -> list[dict]:
     run = _Run(scorer, out)
     started = time.perf_counter()
     with click.progressbar(length=len(samples), label=f"scoring ({metric})", file=sys.stderr,
                            hidden=quiet) as bar:
-        for start in range(0, len(samples), batch_size):
-            chunk = samples[start:start + batch_size]
+        for start in range(0, len(samples), chunk_size):
+            chunk = samples[start:start + chunk_size]
             run.chunk(chunk)
             bar.update(len(chunk))
     click.echo(_table(metric, run.rows, time.perf_counter() - started))

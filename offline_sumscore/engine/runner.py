@@ -57,6 +57,7 @@ class EngineStats:
 class _Row:
     index: int  # position of its request in run()'s list
     request: StageRequest
+    prompt: str  # rendered with the chat template once, kept for the result's audit
     prompt_ids: list[int]
     cap: int
     matcher: object = None
@@ -75,6 +76,11 @@ class _Row:
 class _Unit:
     rows: list[_Row]
     prefix: list[int]  # prefilled once, then forked into one row per request
+
+    @classmethod
+    def alone(cls, row: _Row) -> "_Unit":
+        """A row with no prefix to share: all but its last prompt token are prefilled as its own prefix."""
+        return cls([row], row.prompt_ids[:-1])
 
     @property
     def cost(self) -> int:  # tokens this unit will hold in the cache, padding aside
@@ -165,10 +171,10 @@ class TransformersEngine:
         # The chat template already wrote any special tokens the model expects.
         ids = tok(prompts, add_special_tokens=False)["input_ids"]
         rows = []
-        for i, (req, prompt_ids) in enumerate(zip(requests, ids)):
+        for i, (req, prompt, prompt_ids) in enumerate(zip(requests, prompts, ids)):
             bound = req.max_new_tokens or (max_json_chars(json.loads(req.schema_json)) + 8)
             room = self.judge.context_length - len(prompt_ids)
-            row = _Row(index=i, request=req, prompt_ids=prompt_ids, cap=min(bound, room))
+            row = _Row(index=i, request=req, prompt=prompt, prompt_ids=prompt_ids, cap=min(bound, room))
             if room < MIN_ROOM:
                 row.done, row.error = True, (
                     f"prompt of {len(prompt_ids)} tokens leaves no room in the judge's {self.judge.context_length}-"
@@ -187,7 +193,7 @@ class TransformersEngine:
             for part in _split_by_prefix(members) if self.shared_prefix else [[m] for m in members]:
                 prefix = _common_prefix([r.prompt_ids for r in part])
                 if len(part) == 1 or len(prefix) < MIN_SHARED_PREFIX:
-                    units.extend(_Unit([r], r.prompt_ids[:-1]) for r in part)
+                    units.extend(_Unit.alone(r) for r in part)
                 else:
                     # A unit never holds more rows than a batch may: split it, each piece prefilling the prefix.
                     units.extend(_Unit(part[k:k + self.max_rows], prefix)
@@ -427,7 +433,7 @@ class TransformersEngine:
         cut = len(active) // 2
         for row in active[cut:]:
             _restart(row)
-            waiting.insert(0, _Unit([row], row.prompt_ids[:-1]))
+            waiting.insert(0, _Unit.alone(row))
         keep = torch.arange(cut, device=self.device)
         select_rows(cache, keep)
         return cache, mask[keep], active[:cut]
@@ -449,7 +455,7 @@ class TransformersEngine:
         tok = self.judge.tokenizer
         body = [t for t in row.out if t not in self.eos_ids]
         text = tok.decode(body, skip_special_tokens=True)
-        res = StageResult(request=row.request, value=None, raw_output=text, prompt=self.judge.render(row.request.messages),
+        res = StageResult(request=row.request, value=None, raw_output=text, prompt=row.prompt,
                           tokens_in=len(row.prompt_ids), tokens_out=len(row.out), seconds=0.0,
                           batch_size=calls, error=row.error, forced_tokens=row.forced, decoded_tokens=row.decoded,
                           choice_probs=list(row.choice_probs))
