@@ -10,22 +10,21 @@ import inspect
 import json
 import sys
 import time
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import click
 
+from .bulk import DEFAULT_CHUNK_SIZE, run_bulk
 from .errors import SumscoreError
-from .samples import read_samples
+from .samples import BadRow, read_rows, read_samples
 from .scorers import SummarizationScorer, SummaryScore
 from .scorers.base import ScorerBase
 
 METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}
 EXIT_ROWS_FAILED = 1
-# Samples handed to the engine at once: every stage of a chunk is batched across its samples, and the chunk's
-# rows are written as soon as it is done.
-SAMPLES_PER_CHUNK = 32
 
 
 class InputProblem(click.ClickException):
@@ -51,24 +50,6 @@ def _scorer_options(metric: str, opts: dict) -> dict:
     return kwargs
 
 
-class _Run:
-    """Scores samples in chunks, writes each row as soon as its chunk is done, keeps the totals."""
-
-    def __init__(self, scorer, out):
-        self.scorer, self.out = scorer, out
-        self.rows: list[dict] = []
-
-    def chunk(self, samples) -> None:
-        for sample, result in zip(samples, self.scorer.score_many(samples, on_error="return")):
-            row = result.to_dict()
-            row["line"] = sample.line
-            self.rows.append(row)
-            if self.out is not None:
-                self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        if self.out is not None:
-            self.out.flush()
-
-
 def _table(metric: str, rows: list[dict], seconds: float) -> str:
     ok = [r for r in rows if r.get("error") is None]
     cols = ["score", "alignment", "coverage"] if metric == "two-axis" else ["score", "qa", "conciseness"]
@@ -85,17 +66,9 @@ def _table(metric: str, rows: list[dict], seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _run(metric: str, samples, scorer, out, chunk_size: int, quiet: bool) -> list[dict]:
-    run = _Run(scorer, out)
-    started = time.perf_counter()
-    with click.progressbar(length=len(samples), label=f"scoring ({metric})", file=sys.stderr,
-                           hidden=quiet) as bar:
-        for start in range(0, len(samples), chunk_size):
-            chunk = samples[start:start + chunk_size]
-            run.chunk(chunk)
-            bar.update(len(chunk))
-    click.echo(_table(metric, run.rows, time.perf_counter() - started))
-    return run.rows
+def _causes(rows: list[dict]) -> str:
+    counts = Counter(r["error"].get("cause", r["error"].get("stage", "?")) for r in rows if r.get("error"))
+    return ", ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -145,19 +118,61 @@ def _common(fn):
 @click.option("--source-field", default="source", show_default=True)
 @click.option("--summary-field", default="summary", show_default=True)
 @click.option("--id-field", default="id", show_default=True)
+@click.option("--resume", is_flag=True,
+              help="Keep the rows already in OUTPUT (matched by id, or by line and content) and score the rest.")
+@click.option("--cache", "cache_path", type=click.Path(dir_okay=False), default=None,
+              help="Stage cache (SQLite). Default: $OFFLINE_SUMSCORE_CACHE or ~/.cache/offline_sumscore/stages.sqlite.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the stage cache.")
+@click.option("--fail-fast", is_flag=True, help="Stop at the first row that cannot be scored (exit 2 for bad input).")
+@click.option("--allow-long-summary", is_flag=True, help="Score rows whose summary is longer than their source.")
+@click.option("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, show_default=True,
+              help="Rows scored (and batched) together and written at once. Resume with the same value.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def score(input_path, output_path, metric, source_field, summary_field, id_field, quiet, **opts):
-    """Score every row of INPUT (JSONL or CSV with source and summary fields, optional id)."""
+def score(input_path, output_path, metric, source_field, summary_field, id_field, resume, cache_path, no_cache,
+          fail_fast, allow_long_summary, chunk_size, quiet, **opts):
+    """Score every row of INPUT (JSONL or CSV with source and summary fields, optional id) into OUTPUT.
+
+    Rows are written as they are scored; after a crash, --resume finishes the run. A row that cannot be scored is
+    written with an "error" (stage, cause, message) and the run goes on; the exit code is 1 if any row failed.
+    """
+    from .stage_cache import StageCache, default_cache_path
+
     try:
-        samples = list(read_samples(input_path, source_field=source_field, summary_field=summary_field,
-                                    id_field=id_field))
-        scorer = METRICS[metric](opts.pop("model"), **_scorer_options(metric, opts))
-        scorer.engine  # load the judge now: a bad --model fails before OUTPUT is touched
-        with open(output_path, "w", encoding="utf-8") as out:
-            rows = _run(metric, samples, scorer, out, SAMPLES_PER_CHUNK, quiet)
+        items = list(read_rows(input_path, source_field=source_field, summary_field=summary_field,
+                               id_field=id_field, allow_long_summary=allow_long_summary))
+        bad = [item for item in items if isinstance(item, BadRow)]
+        if fail_fast and bad:
+            raise bad[0].error
+        for item in bad:
+            click.echo(f"skipping: {item.error}", err=True)
+        cache = None if no_cache else StageCache(cache_path or default_cache_path())
+        scorer = METRICS[metric](opts.pop("model"), cache=cache, **_scorer_options(metric, opts))
+        if len(bad) < len(items):
+            scorer.engine  # load the judge now: a bad --model fails before OUTPUT is touched
+        started = time.perf_counter()
+        with click.progressbar(length=len(items), label=f"scoring ({metric})", file=sys.stderr,
+                               hidden=quiet) as bar:
+            report = run_bulk(items, scorer, output_path, resume=resume, chunk_size=chunk_size,
+                              fail_fast=fail_fast, progress=bar.update)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
-    if any(r.get("error") for r in rows):
+    click.echo(_table(metric, report.rows, time.perf_counter() - started))
+    runner = scorer.runner if len(bad) < len(items) else None
+    notes = []
+    if report.resumed:
+        notes.append(f"{report.resumed} rows kept from OUTPUT" + (" (a torn last line was cut and redone)"
+                                                                  if report.torn_tail else ""))
+    if cache is not None and runner is not None:
+        asked = runner.hits + runner.computed
+        notes.append(f"stage cache {cache.path}: {runner.hits} of {asked} stage requests answered from it "
+                     f"({100 * runner.hits / asked if asked else 0:.0f}%), {runner.computed} sent to the judge")
+    for note in notes:
+        click.echo(note)
+    failed = [r for r in report.rows if r.get("error")]
+    if report.stopped_early:
+        click.echo(f"stopped at the first failed row (--fail-fast): {failed[-1]['error']['message']}")
+    if failed:
+        click.echo(f"failed rows: {len(failed)} of {len(report.rows)} ({_causes(report.rows)})")
         sys.exit(EXIT_ROWS_FAILED)
 
 
@@ -206,7 +221,11 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
         failed = False
         for name in (METRICS if metric == "both" else [metric]):
             scorer = METRICS[name](judge, batch_size=batch_size, token_budget=token_budget, **caps[name])
-            rows = _run(name, samples, scorer, out, SAMPLES_PER_CHUNK, quiet=False)
+            began = time.perf_counter()
+            rows = [r.to_dict() for r in scorer.score_many(samples, on_error="return")]
+            click.echo(_table(name, rows, time.perf_counter() - began))
+            if out:
+                out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
             for row in rows:
                 if row.get("error"):
                     failed = True

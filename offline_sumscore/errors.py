@@ -19,8 +19,9 @@ class InputError(SumscoreError, ValueError):
     """A row of input cannot be scored: names the location, the row id and the field."""
 
     def __init__(self, rule: str, *, field: str | None = None, line: int | None = None,
-                 row_id: str | None = None, path: str | None = None):
+                 row_id: str | None = None, path: str | None = None, cause: str = "input"):
         self.rule, self.field, self.line, self.row_id, self.path = rule, field, line, row_id, path
+        self.cause = cause  # a short label ("missing_field", "invalid_json", ...): the CLI counts failed rows by it
         where = []
         if path is not None or line is not None:
             where.append(f"{path or 'input'}:{line}" if line is not None else str(path))
@@ -38,7 +39,8 @@ class ModelLoadError(SumscoreError):
 class JudgeOutputError(SumscoreError):
     """A judge stage produced no valid result. raw_output keeps what the model did produce."""
 
-    def __init__(self, message: str, *, stage: str, raw_output: str = "", sample_id: str | None = None):
-        self.stage, self.raw_output, self.sample_id = stage, raw_output, sample_id
+    def __init__(self, message: str, *, stage: str, raw_output: str = "", sample_id: str | None = None,
+                 kind: str = "error"):
+        self.stage, self.raw_output, self.sample_id, self.kind = stage, raw_output, sample_id, kind
         who = f' for id "{sample_id}"' if sample_id is not None else ""
         super().__init__(f'stage "{stage}"{who}: {message}')

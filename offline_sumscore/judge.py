@@ -173,6 +173,26 @@ def _identity(path: Path, config: dict) -> str:
     return h.hexdigest()[:16]
 
 
+WORD_JOINER = "\u2060"
+
+
+def special_token_texts(tokenizer) -> tuple[str, ...]:
+    """Every special token's text (role tags, end-of-turn, padding), longest first."""
+    texts = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    texts |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if getattr(t, "special", False)}
+    return tuple(sorted((t for t in texts if len(t) > 1), key=len, reverse=True))
+
+
+def defuse_special_tokens(text: str, specials: tuple[str, ...]) -> str:
+    # The tokenizer turns a special token's text into that token wherever it appears, so a summary holding
+    # "<|im_end|><|im_start|>system" would close its turn and open a forged one. An invisible word joiner after
+    # the first character keeps the text readable to the judge and makes it tokenize as plain characters.
+    for special in specials:
+        if special in text:
+            text = text.replace(special, special[0] + WORD_JOINER + special[1:])
+    return text
+
+
 @dataclass
 class Judge:
     """A loaded local judge: the model, its tokenizer and the record of how it was loaded."""
@@ -187,9 +207,14 @@ class Judge:
     decisions: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
     grammar_cache: Any = None  # set by the engine: compiled grammars shared by every scorer on this judge
+    special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 
     def render(self, messages) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        """The chat template applied to messages whose text cannot forge the template's own special tokens."""
+        if self.special_texts is None:
+            self.special_texts = special_token_texts(self.tokenizer)
+        safe = [dict(m, content=defuse_special_tokens(m["content"], self.special_texts)) for m in messages]
+        return self.tokenizer.apply_chat_template(safe, tokenize=False, add_generation_prompt=True)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "identity": self.identity, "device": self.device,

@@ -25,6 +25,7 @@ class SummarizationResult:
     coverage_verdicts: list[dict]  # {"answered", "reason"?, "p_answered"}, matched to questions by position
     soft_alignment: float | None = None  # mean P(supported) over claims, read from the judge's distribution
     soft_coverage: float | None = None  # mean P(answered) over questions
+    source_pieces: int = 1  # >1: the source was too long for the judge's context and was judged in this many pieces
     settings: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, dict] = field(default_factory=dict)  # stage -> prompt, raw_output, tokens, seconds
     judge: dict[str, Any] = field(default_factory=dict)
@@ -50,6 +51,7 @@ class SummaryScoreResult:
     answers: list[str]  # "1" / "0", one per question, in order
     answer_p_yes: list[float | None] = field(default_factory=list)  # P("1") per answer, from the distribution
     soft_qa: float | None = None  # mean P("1") over answers
+    source_pieces: int = 1  # >1: the text was too long for the judge's context; keyphrases and questions per piece
     settings: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, dict] = field(default_factory=dict)
     judge: dict[str, Any] = field(default_factory=dict)

@@ -1,16 +1,27 @@
 """Input rows: Sample(id, source, summary, questions, line), and the JSONL/CSV readers.
 
-Bad input raises InputError naming the file, line, id and field.
+read_rows yields one item per input row, in file order: a Sample, or a BadRow that says why the row cannot be
+scored (naming its line, id and field). A bad row never stops the reader, so a bulk run can record it as failed
+and go on. Only a problem with the whole file (missing, unreadable, a CSV header without the needed columns)
+raises InputError. read_samples is the strict form for small inputs: it raises at the first bad row.
 """
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from .errors import InputError
+
+# C0 and C1 control characters other than tab, newline and carriage return: in judged text they are nearly always
+# corruption (a NUL from a binary file, an escape sequence from a terminal log), and some tokenizers drop them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Undecodable bytes survive decoding with errors="surrogateescape" as lone surrogates U+DC80..U+DCFF.
+_UNDECODABLE = re.compile(r"[\udc80-\udcff]")
 
 
 @dataclass(frozen=True)
@@ -20,16 +31,40 @@ class Sample:
     summary: str
     questions: tuple[str, ...] | None = None  # user-supplied questions: skip question generation
     line: int | None = None
+    key: str = ""  # resume key: "id:<id>" when the row names an id, else "line:<n>"
+    input_hash: str = ""  # hash of the row's judged content: a resumed run checks it against OUTPUT's row
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """An input row that cannot be scored. It becomes a failed row in OUTPUT; the run goes on."""
+    id: str
+    line: int | None
+    key: str
+    input_hash: str
+    error: InputError
+
+
+def content_hash(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+                          ).hexdigest()[:16]
 
 
 def check_text(value: Any, field: str, *, line: int | None = None, row_id: str | None = None,
                path: str | None = None) -> str:
+    def bad(rule: str, cause: str) -> InputError:
+        return InputError(rule, field=field, line=line, row_id=row_id, path=path, cause=cause)
+
     if not isinstance(value, str):
-        raise InputError(f"must be a string; got {type(value).__name__}", field=field, line=line,
-                         row_id=row_id, path=path)
+        raise bad(f"must be a string; got {'null' if value is None else type(value).__name__}", "not_a_string")
     if not value.strip():
-        raise InputError("is empty or whitespace-only; each row needs text to judge", field=field, line=line,
-                         row_id=row_id, path=path)
+        raise bad("is empty or whitespace-only; each row needs text to judge", "empty_text")
+    if m := _UNDECODABLE.search(value):
+        raise bad(f"is not valid UTF-8 (byte 0x{ord(m.group()) - 0xDC00:02x} at character {m.start()})",
+                  "invalid_utf8")
+    if m := _CONTROL.search(value):
+        raise bad(f"contains control character U+{ord(m.group()):04X} at character {m.start()}; remove it "
+                  f"(tab, newline and carriage return are allowed)", "control_character")
     return value
 
 
@@ -50,51 +85,107 @@ def as_sample(item: Any, index: int) -> Sample:
                      f"got {type(item).__name__}")
 
 
-def read_samples(path: str | Path, *, source_field: str = "source", summary_field: str = "summary",
-                 id_field: str = "id") -> Iterator[Sample]:
-    """Read JSONL (.jsonl/.json) or CSV (.csv) rows as Samples, in file order."""
+def read_rows(path: str | Path, *, source_field: str = "source", summary_field: str = "summary",
+              id_field: str = "id", allow_long_summary: bool = False) -> Iterator[Sample | BadRow]:
+    """Every row of a JSONL (.jsonl/.json) or CSV (.csv) file, in file order, as a Sample or a BadRow.
+
+    A row is bad when: it is not valid JSON or not an object; a CSV row has more or fewer fields than the header;
+    source or summary is missing, not a string, empty or whitespace-only, not valid UTF-8, or holds a control
+    character; questions is not a list of strings; its id repeats an earlier row's; or its summary is longer than
+    its source (often swapped columns; allow_long_summary scores such rows anyway). Text in any script is fine.
+    """
     path = Path(path)
     if not path.exists():
-        raise InputError("does not exist", path=str(path))
-    rows: Iterator[tuple[int, dict]]
-    if path.suffix.lower() == ".csv":
-        rows = _csv_rows(path, [source_field, summary_field])
-    else:
-        rows = _jsonl_rows(path)
+        raise InputError("does not exist", path=str(path), cause="missing_file")
+    where = str(path)
+    rows = _csv_rows(path, [source_field, summary_field]) if path.suffix.lower() == ".csv" else _jsonl_rows(path)
+    first_seen: dict[str, int | None] = {}
     for line, row in rows:
-        row_id = str(row[id_field]) if row.get(id_field) not in (None, "") else str(line)
-        for field in (source_field, summary_field):
-            if field not in row:
-                raise InputError("is missing", field=field, line=line, row_id=row_id, path=str(path))
-        questions = row.get("questions")
-        if questions is not None and not (isinstance(questions, list) and all(isinstance(q, str) for q in questions)):
-            raise InputError("must be a list of strings", field="questions", line=line, row_id=row_id, path=str(path))
-        yield Sample(id=row_id, line=line,
-                     source=check_text(row[source_field], source_field, line=line, row_id=row_id, path=str(path)),
-                     summary=check_text(row[summary_field], summary_field, line=line, row_id=row_id, path=str(path)),
-                     questions=tuple(questions) if questions else None)
+        if isinstance(row, InputError):
+            yield BadRow(id=str(line), line=line, key=f"line:{line}", input_hash=content_hash(str(row)), error=row)
+            continue
+        given = row.get(id_field) not in (None, "")
+        row_id = str(row[id_field]) if given else str(line)
+        key = f"id:{row_id}" if given else f"line:{line}"
+        digest = content_hash(row.get(source_field), row.get(summary_field), row.get("questions"))
+        if given and row_id in first_seen:
+            yield BadRow(id=row_id, line=line, key=f"line:{line}", input_hash=digest, error=InputError(
+                f"repeats the id of line {first_seen[row_id]}; ids must be unique, so that results and resumed runs "
+                f"can be matched to rows", field=id_field, line=line, row_id=row_id, path=where, cause="duplicate_id"))
+            continue
+        if given:
+            first_seen[row_id] = line
+        try:
+            sample = _sample(row, line, row_id, key, digest, where, source_field, summary_field, allow_long_summary)
+        except InputError as exc:
+            yield BadRow(id=row_id, line=line, key=key, input_hash=digest, error=exc)
+            continue
+        yield sample
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8") as fh:
+def _sample(row: dict, line: int, row_id: str, key: str, digest: str, where: str, source_field: str,
+            summary_field: str, allow_long_summary: bool) -> Sample:
+    for field in (source_field, summary_field):
+        if field not in row:
+            raise InputError("is missing", field=field, line=line, row_id=row_id, path=where, cause="missing_field")
+    source = check_text(row[source_field], source_field, line=line, row_id=row_id, path=where)
+    summary = check_text(row[summary_field], summary_field, line=line, row_id=row_id, path=where)
+    if len(summary) > len(source) and not allow_long_summary:
+        raise InputError(f"({len(summary)} characters) is longer than {source_field} ({len(source)} characters): "
+                         f"are the columns swapped? Pass --allow-long-summary to score such rows",
+                         field=summary_field, line=line, row_id=row_id, path=where, cause="summary_longer_than_source")
+    questions = row.get("questions")
+    if questions is not None and not (isinstance(questions, list) and all(isinstance(q, str) for q in questions)):
+        raise InputError("must be a list of strings", field="questions", line=line, row_id=row_id, path=where,
+                         cause="bad_questions")
+    return Sample(id=row_id, line=line, source=source, summary=summary,
+                  questions=tuple(questions) if questions else None, key=key, input_hash=digest)
+
+
+def read_samples(path: str | Path, **options) -> Iterator[Sample]:
+    """The rows of a file as Samples; raises InputError at the first bad row (for small, trusted inputs)."""
+    for item in read_rows(path, **options):
+        if isinstance(item, BadRow):
+            raise item.error
+        yield item
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | InputError]]:
+    # Bytes are decoded with surrogateescape so one undecodable byte fails its row (check_text names the field),
+    # not the whole file.
+    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
         for line, text in enumerate(fh, 1):
             if not text.strip():
                 continue
             try:
                 row = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise InputError(f"is not valid JSON ({exc.msg})", line=line, path=str(path)) from None
+                cause = "invalid_utf8" if _UNDECODABLE.search(text) else "invalid_json"
+                yield line, InputError(f"is not valid JSON ({exc.msg} at column {exc.colno})", line=line,
+                                       path=str(path), cause=cause)
+                continue
             if not isinstance(row, dict):
-                raise InputError("must be a JSON object", line=line, path=str(path))
+                yield line, InputError(f"must be a JSON object; got {type(row).__name__}", line=line,
+                                       path=str(path), cause="invalid_json")
+                continue
             yield line, row
 
 
-def _csv_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8", newline="") as fh:
+def _csv_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict | InputError]]:
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
         reader = csv.DictReader(fh)
-        missing = [f for f in needed if f not in (reader.fieldnames or [])]
+        header = reader.fieldnames or []
+        missing = [f for f in needed if f not in header]
         if missing:
-            raise InputError(f"CSV header lacks column(s) {', '.join(missing)}; it has "
-                             f"{', '.join(reader.fieldnames or [])}", line=1, path=str(path))
+            raise InputError(f"CSV header lacks column(s) {', '.join(missing)}; it has {', '.join(header) or 'none'}",
+                             line=1, path=str(path), cause="csv_columns")
+        start = reader.line_num + 1
         for row in reader:
-            yield reader.line_num, row
+            line, start = start, reader.line_num + 1  # a quoted field may span lines: report where the row starts
+            extra, short = row.get(None), [k for k, v in row.items() if v is None]
+            if extra or short:
+                count = len(header) + len(extra or []) - len(short)
+                yield line, InputError(f"has {count} fields; the header has {len(header)}", line=line,
+                                       path=str(path), cause="csv_columns")
+                continue
+            yield line, row

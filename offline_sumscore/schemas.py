@@ -44,12 +44,21 @@ def questions_list(max_questions: int, text_chars: int) -> type[BaseModel]:
 
 
 @lru_cache(maxsize=None)
-def coverage_verdict(reason_chars: int | None) -> type[BaseModel]:
-    """Stage "coverage", one request per question: answered, then (optionally) why."""
-    fields = {"answered": (bool, ...)}
+def _single_verdict(name: str, key: str, reason_chars: int | None) -> type[BaseModel]:
+    fields = {key: (bool, ...)}
     if reason_chars:
         fields["reason"] = _text(reason_chars)
-    return create_model("CoverageVerdict", __config__=_STRICT, **fields)
+    return create_model(name, __config__=_STRICT, **fields)
+
+
+def coverage_verdict(reason_chars: int | None) -> type[BaseModel]:
+    """Stage "coverage", one request per question: answered, then (optionally) why."""
+    return _single_verdict("CoverageVerdict", "answered", reason_chars)
+
+
+def support_verdict(reason_chars: int | None) -> type[BaseModel]:
+    """Stage "support" (long sources), one request per claim and further piece: supported, then why."""
+    return _single_verdict("SupportVerdict", "supported", reason_chars)
 
 
 @lru_cache(maxsize=None)
@@ -66,10 +75,12 @@ def ragas_answer() -> type[BaseModel]:
     return create_model("RagasAnswer", __config__=_STRICT, answer=(Literal["1", "0"], ...))
 
 
-def max_json_chars(schema: dict) -> int:
+def max_json_chars(schema: dict, *, escapes: bool = True) -> int:
     """An upper bound on the length of any JSON document the schema admits, in the compact form the grammar
     emits (llguidance writes ", " and ": " separators). Used to size the token cap so that only a broken
-    grammar, never a long-winded model, can reach it."""
+    grammar, never a long-winded model, can reach it. escapes=False counts each string character once (no
+    escaping): the longest output a real text gives, used to reserve context room for the output."""
+    per_char = 6 if escapes else 1
     defs = schema.get("$defs", {})
 
     def bound(node: dict) -> int:
@@ -83,7 +94,7 @@ def max_json_chars(schema: dict) -> int:
             return 5
         if kind == "string":
             # A character may need escaping (\" or \uXXXX): up to 6 chars each.
-            return 2 + 6 * node.get("maxLength", 10_000)
+            return 2 + per_char * node.get("maxLength", 10_000)
         if kind == "array":
             items = node.get("maxItems", 100)
             return 2 + items * (bound(node.get("items", {})) + 2)

@@ -40,6 +40,13 @@ class StageResult:
     seconds: float = 0.0  # this row's wall time, from admission to the batch until it finished
     batch_size: int = 1  # requests in the same engine call
     error: str | None = None
+    # Why it failed, for retries and counts: "cap" (token cap hit before the JSON closed), "schema" (output does
+    # not validate), "context" (the prompt leaves no room), "memory" (out of memory even alone), "model" (the
+    # engine raised).
+    error_kind: str | None = None
+    cap: int = 0  # the token cap this attempt ran under
+    cached: bool = False  # answered from the stage cache (or by an identical request in the same wave)
+    first_attempt: dict | None = None  # a retried stage keeps its failed first attempt's audit here
     forced_tokens: int = 0  # of tokens_out: fixed by the grammar, inserted without decoding
     decoded_tokens: int = 0  # of tokens_out: picked from the model's distribution
     choice_probs: list[float] = field(default_factory=list)  # P(yes) at each closed-choice verdict, in order
@@ -53,5 +60,7 @@ class StageResult:
         return {"prompt": self.prompt, "raw_output": self.raw_output, "tokens_in": self.tokens_in,
                 "tokens_out": self.tokens_out, "forced_tokens": self.forced_tokens,
                 "decoded_tokens": self.decoded_tokens, "p_yes": [round(p, 6) for p in self.choice_probs],
-                "seconds": round(self.seconds, 4), "batch_size": self.batch_size, "error": self.error}
+                "seconds": round(self.seconds, 4), "batch_size": self.batch_size, "cap": self.cap,
+                "cached": self.cached, "error": self.error, "error_kind": self.error_kind,
+                "first_attempt": self.first_attempt}
 

@@ -15,6 +15,14 @@ SOURCE = ("The city council of Lindford voted on Tuesday to build a new public l
 SUMMARY = "Lindford will build a library on Mill Street for 4 million pounds."
 
 
+@pytest.fixture(autouse=True)
+def private_stage_cache(tmp_path, monkeypatch):
+    """Every test gets its own stage cache file: no test may answer from another's verdicts."""
+    path = tmp_path / "stage-cache.sqlite"
+    monkeypatch.setenv("OFFLINE_SUMSCORE_CACHE", str(path))
+    return path
+
+
 @pytest.fixture
 def scripted():
     return ScriptedEngine()

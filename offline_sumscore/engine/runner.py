@@ -36,6 +36,7 @@ from .grammar import BACKEND, GrammarCache
 
 MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
+OOM_ALONE = "out of memory even alone; use a shorter prompt or a larger device"
 
 
 @dataclass
@@ -70,6 +71,10 @@ class _Row:
     started: float = 0.0
     done: bool = False
     error: str | None = None
+    error_kind: str | None = None  # see StageResult.error_kind
+
+    def fail(self, kind: str, message: str) -> None:
+        self.done, self.error_kind, self.error = True, kind, message
 
 
 @dataclass
@@ -142,12 +147,16 @@ class TransformersEngine:
         else:
             free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
             where, default_rows = f"{free / 2**30:.1f} GiB free RAM", 64
-        # Half of free memory for the KV cache; activations and logits need the rest.
-        auto_budget = max(4096, int(free * 0.5 / per_token))
+        # Half of free memory for the KV cache; activations and logits need the rest. Rounded down to a power of two
+        # so that the budget, which shapes the batches and is stored in every row, does not drift from run to run
+        # with a few MB of free memory (a resumed run must batch as the first run did).
+        auto_budget = 1 << max(12, int(free * 0.5 / per_token).bit_length() - 1)
         rows = batch_size or default_rows
         budget = token_budget or auto_budget
+        self.free_memory = where  # kept off the rows: it changes from run to run
         why = (f"up to {rows} rows and {budget} cached tokens per batch "
-               f"({'given' if batch_size else 'default'} rows; budget {'given' if token_budget else 'from ' + where}, "
+               f"({'given' if batch_size else 'default'} rows; budget "
+               f"{'given' if token_budget else 'from half the free memory, rounded down to a power of two'}, "
                f"{per_token} bytes of KV per token)")
         return rows, budget, why
 
@@ -157,6 +166,14 @@ class TransformersEngine:
                 "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
                 "shared_prefix": self.shared_prefix, "forced_tokens": self.forced_tokens,
                 "logit_verdicts": self.logit_verdicts, "judge": self.judge.describe()}
+
+    def spare_tokens(self, request: StageRequest) -> int:
+        """Context tokens left once the prompt and a realistic output allowance are in; negative: it does not fit.
+        The allowance is the schema's longest unescaped output at 3 characters a token (JSON text averages more).
+        """
+        prompt_ids = self.judge.tokenizer(self.judge.render(request.messages), add_special_tokens=False)["input_ids"]
+        allowance = request.max_new_tokens or (max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8)
+        return self.judge.context_length - len(prompt_ids) - allowance
 
     def _decoder(self, ids, mask, positions, cache):
         """The decoder stack without the vocabulary projection (applied later, only where a token is read)."""
@@ -176,9 +193,9 @@ class TransformersEngine:
             room = self.judge.context_length - len(prompt_ids)
             row = _Row(index=i, request=req, prompt=prompt, prompt_ids=prompt_ids, cap=min(bound, room))
             if room < MIN_ROOM:
-                row.done, row.error = True, (
-                    f"prompt of {len(prompt_ids)} tokens leaves no room in the judge's {self.judge.context_length}-"
-                    f"token context; use a shorter source or a longer-context judge")
+                row.fail("context", f"prompt of {len(prompt_ids)} tokens leaves no room in the judge's "
+                                    f"{self.judge.context_length}-token context; use a shorter text or a "
+                                    f"longer-context judge")
             rows.append(row)
         return rows
 
@@ -254,7 +271,7 @@ class TransformersEngine:
                     return cache, mask, active
                 else:
                     for row in chosen[0].rows:
-                        row.done, row.error = True, "out of memory even alone; use a shorter prompt or a larger device"
+                        row.fail("memory", OOM_ALONE)
                     return cache, mask, active
             else:
                 return merge_rows(cache, mask, active, new_cache, new_mask, new_rows)
@@ -410,7 +427,7 @@ class TransformersEngine:
             if self.forced_tokens:
                 self._take_forced(row)
             if len(row.out) >= row.cap:
-                row.done, row.error = True, f"hit the {row.cap}-token cap before the JSON closed; raw output kept"
+                row.fail("cap", f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
         # 5. Compacting the batch copies the whole KV cache, so finished rows keep their slot (fed nothing) until a
         # quarter of the slots are finished, or new rows are admitted.
         dead = sum(r.done for r in active)
@@ -428,7 +445,7 @@ class TransformersEngine:
             torch.cuda.empty_cache()
         cache, mask, active = compact_rows(cache, mask, active)
         if len(active) == 1:
-            active[0].done, active[0].error = True, "out of memory even alone; use a shorter prompt or a larger device"
+            active[0].fail("memory", OOM_ALONE)
             return None, None, []
         cut = len(active) // 2
         for row in active[cut:]:
@@ -457,8 +474,8 @@ class TransformersEngine:
         text = tok.decode(body, skip_special_tokens=True)
         res = StageResult(request=row.request, value=None, raw_output=text, prompt=row.prompt,
                           tokens_in=len(row.prompt_ids), tokens_out=len(row.out), seconds=0.0,
-                          batch_size=calls, error=row.error, forced_tokens=row.forced, decoded_tokens=row.decoded,
-                          choice_probs=list(row.choice_probs))
+                          batch_size=calls, error=row.error, error_kind=row.error_kind, cap=row.cap,
+                          forced_tokens=row.forced, decoded_tokens=row.decoded, choice_probs=list(row.choice_probs))
         res.seconds = time.perf_counter() - row.started if row.started else 0.0
         if res.error is None:
             from pydantic import ValidationError
@@ -466,6 +483,7 @@ class TransformersEngine:
             try:
                 res.value = row.request.schema.model_validate_json(text)
             except ValidationError as exc:
+                res.error_kind = "schema"
                 res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
         return res
 

@@ -15,8 +15,19 @@ from pydantic import ValidationError
 from ..stages import StageRequest, StageResult
 
 
+class Truncated(str):
+    """A scripted reply that stops at the token cap: the stage fails as a real one that ran out of room does."""
+
+
+class Raises(str):
+    """A scripted reply that makes the whole run() call raise, as a device or model error would."""
+
+
 class ScriptedEngine:
-    def __init__(self, replies: dict[str, list[Any]] | None = None):
+    """context_tokens: a context length in words, so tests can make a long source need chunking (None: no limit)."""
+
+    def __init__(self, replies: dict[str, list[Any]] | None = None, *, context_tokens: int | None = None):
+        self.context_tokens = context_tokens
         self.queues: dict[str, deque] = defaultdict(deque)
         self.requests: list[StageRequest] = []
         self.calls: list[int] = []  # requests per run() call: one call per wave shows batching across samples
@@ -27,6 +38,13 @@ class ScriptedEngine:
         """Queue replies for a stage: dicts (dumped to JSON) or raw strings (used as the model's text)."""
         self.queues[stage].extend(r if isinstance(r, str) else json.dumps(r) for r in replies)
         return self
+
+    @staticmethod
+    def words(request: StageRequest) -> int:
+        return sum(len(m["content"].split()) for m in request.messages)
+
+    def spare_tokens(self, request: StageRequest) -> int | None:
+        return None if self.context_tokens is None else self.context_tokens - self.words(request)
 
     def describe(self) -> dict:
         return {"engine": "scripted", "judge": {"name": "scripted", "identity": "scripted"}}
@@ -39,12 +57,20 @@ class ScriptedEngine:
             if not self.queues[req.stage]:
                 raise AssertionError(f"ScriptedEngine has no reply queued for stage {req.stage!r}")
             text = self.queues[req.stage].popleft()
+            if isinstance(text, Raises):
+                raise RuntimeError(str(text))
             prompt = "\n".join(m["content"] for m in req.messages)
-            res = StageResult(request=req, value=None, raw_output=text, prompt=prompt,
-                              tokens_in=len(prompt.split()), tokens_out=len(text.split()))
-            try:
-                res.value = req.schema.model_validate_json(text)
-            except ValidationError as exc:
-                res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+            res = StageResult(request=req, value=None, raw_output=text, prompt=prompt, tokens_in=self.words(req),
+                              tokens_out=len(text.split()), cap=req.max_new_tokens or 100)
+            if self.context_tokens is not None and self.words(req) > self.context_tokens:
+                res.error_kind, res.error = "context", "prompt longer than the scripted context"
+            elif isinstance(text, Truncated):
+                res.error_kind, res.error = "cap", f"hit the {res.cap}-token cap before the JSON closed"
+            else:
+                try:
+                    res.value = req.schema.model_validate_json(text)
+                except ValidationError as exc:
+                    res.error_kind = "schema"
+                    res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
             results.append(res)
         return results

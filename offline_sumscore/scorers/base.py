@@ -8,12 +8,16 @@ without the scorer knowing about batches, or the engine about metrics.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Generator, Iterable, Sequence
+import os
+from typing import Any, Callable, Generator, Iterable, Sequence
 
+from ..chunking import fit_pieces
 from ..engine import Engine
+from ..engine.retry import RetryingEngine
 from ..errors import JudgeOutputError, UsageError
 from ..results import FailedRow
 from ..samples import Sample, as_sample
+from ..stage_cache import CachedEngine, StageCache
 from ..stages import StageRequest, StageResult
 
 Plan = Generator[list[StageRequest], list[StageResult], Any]
@@ -63,7 +67,8 @@ def require(result: StageResult, stages: dict[str, dict], key: str | None = None
     stages[key or result.request.stage] = result.audit()
     if not result.ok:
         exc = JudgeOutputError(result.error or "no output", stage=result.request.stage,
-                               raw_output=result.raw_output, sample_id=result.request.sample_id)
+                               raw_output=result.raw_output, sample_id=result.request.sample_id,
+                               kind=result.error_kind or "error")
         exc.stages = dict(stages)  # every stage run so far, the failed one included, for the row's audit
         raise exc
     return result.value
@@ -73,12 +78,14 @@ class ScorerBase:
     metric = ""
 
     def __init__(self, model: Any = None, *, engine: Engine | None = None, device: str = "auto",
-                 dtype: str = "auto", batch_size: int | None = None, token_budget: int | None = None):
+                 dtype: str = "auto", batch_size: int | None = None, token_budget: int | None = None,
+                 cache: str | os.PathLike | StageCache | None = None):
         for name, value in (("batch_size", batch_size), ("token_budget", token_budget)):
             if value is not None and value < 1:
                 raise UsageError(f"{name} must be >= 1. Given: {value}")
-        self._model, self._engine = model, engine
+        self._model, self._engine, self._runner = model, engine, None
         self.device, self.dtype, self.batch_size, self.token_budget = device, dtype, batch_size, token_budget
+        self.cache = cache if cache is None or isinstance(cache, StageCache) else StageCache(cache)
 
     @property
     def engine(self) -> Engine:
@@ -92,6 +99,23 @@ class ScorerBase:
             self._engine = TransformersEngine(judge, batch_size=self.batch_size, token_budget=self.token_budget)
         return self._engine
 
+    @property
+    def runner(self) -> Engine:
+        """What the plans' requests go to: the engine, behind one retry of failed stages, behind the stage cache
+        when there is one (so a retried success is cached under the request as first asked)."""
+        if self._runner is None:
+            runner: Any = RetryingEngine(self.engine)
+            self._runner = CachedEngine(runner, self.cache) if self.cache is not None else runner
+        return self._runner
+
+    def source_pieces(self, source: str, build: Callable[[str], StageRequest]) -> list[str]:
+        """The source whole, or split on sentence boundaries into the fewest pieces whose requests (build(piece))
+        fit the judge's context. Never truncated."""
+        spare = getattr(self.runner, "spare_tokens", None)
+        if spare is None:
+            return [source]
+        return fit_pieces(source, lambda text: spare(build(text)))
+
     def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -104,9 +128,9 @@ class ScorerBase:
         if on_error not in ("raise", "return"):
             raise UsageError(f"on_error must be 'raise' or 'return'. Given: {on_error}")
         samples = [as_sample(item, i) for i, item in enumerate(items)]
-        engine = self.engine
-        outcomes = drive(engine, [self.plan(s) for s in samples])
-        described = engine.describe()
+        runner = self.runner
+        outcomes = drive(runner, [self.plan(s) for s in samples])
+        described = runner.describe()
         # The row records the judge and, under it, the engine settings that produced the verdicts.
         judge = dict(described.get("judge", {}), engine={k: v for k, v in described.items() if k != "judge"})
         final = []
@@ -115,8 +139,8 @@ class ScorerBase:
                 if on_error == "raise":
                     raise outcome
                 outcome = FailedRow(id=sample.id, metric=self.metric, stages=getattr(outcome, "stages", {}),
-                                    error={"stage": outcome.stage, "message": str(outcome),
-                                           "raw_output": outcome.raw_output})
+                                    error={"stage": outcome.stage, "cause": f"{outcome.stage}:{outcome.kind}",
+                                           "message": str(outcome), "raw_output": outcome.raw_output})
             else:
                 outcome.judge = judge
             final.append(outcome)

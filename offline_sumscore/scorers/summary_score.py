@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .. import prompts, schemas
+from ..chunking import allot
 from ..arithmetic import join_contexts, summary_score
 from ..errors import UsageError
 from ..results import SummaryScoreResult
@@ -79,15 +80,27 @@ class SummaryScore(ScorerBase):
 
     def plan(self, sample: Sample) -> Plan:
         stages: dict[str, dict] = {}
-        (kp,) = yield [StageRequest(sample.id, "keyphrases",
-                                    tuple(prompts.keyphrases_prompt(sample.source, max_keyphrases=self.max_keyphrases)),
-                                    schemas.keyphrases_list(self.max_keyphrases, self.max_text_chars))]
-        keyphrases = list(require(kp, stages).keyphrases)
-        (qs,) = yield [StageRequest(sample.id, "ragas_questions",
-                                    tuple(prompts.ragas_questions_prompt(sample.source, keyphrases,
-                                                                         max_questions=self.max_questions)),
-                                    schemas.questions_list(self.max_questions, self.max_text_chars))]
-        questions = list(require(qs, stages).questions)
+
+        def questions_request(text: str, keyphrases: list[str], n: int) -> StageRequest:
+            return StageRequest(sample.id, "ragas_questions",
+                                tuple(prompts.ragas_questions_prompt(text, keyphrases, max_questions=n)),
+                                schemas.questions_list(n, self.max_text_chars))
+
+        # A text too long for the judge's context is split on sentence boundaries, sized on the questions prompt
+        # with the longest keyphrase list; keyphrases and questions are drawn per piece in proportion to its length.
+        longest = ["x" * self.max_text_chars] * self.max_keyphrases
+        pieces = self.source_pieces(sample.source, lambda text: questions_request(text, longest, self.max_questions))
+        key = (lambda stage, k: stage) if len(pieces) == 1 else (lambda stage, k: f"{stage}.{k}")
+        weights = [len(p) for p in pieces]
+        drawing = [(k, n) for k, n in enumerate(allot(self.max_keyphrases, weights)) if n > 0]
+        replies = yield [StageRequest(sample.id, "keyphrases",
+                                      tuple(prompts.keyphrases_prompt(pieces[k], max_keyphrases=n)),
+                                      schemas.keyphrases_list(n, self.max_text_chars)) for k, n in drawing]
+        found = {k: list(require(r, stages, key("keyphrases", k)).keyphrases) for (k, _), r in zip(drawing, replies)}
+        keyphrases = [phrase for k, _ in drawing for phrase in found[k]]
+        asking = [(k, n) for k, n in enumerate(allot(self.max_questions, weights)) if n > 0]
+        replies = yield [questions_request(pieces[k], found.get(k, []), n) for k, n in asking]
+        questions = [q for (k, _), r in zip(asking, replies) for q in require(r, stages, key("ragas_questions", k)).questions]
         # One request per question: the summary is their shared prefix, computed once by the engine.
         replies = yield [StageRequest(sample.id, "ragas_answers", tuple(prompts.ragas_answer_prompt(sample.summary, q)),
                                       schemas.ragas_answer(), verdict_choice=("1", "0"))
@@ -98,4 +111,5 @@ class SummaryScore(ScorerBase):
                               coeff=self.coeff)
         return SummaryScoreResult(id=sample.id, score=value.score, qa=value.qa, conciseness=value.conciseness,
                                   keyphrases=keyphrases, questions=questions, answers=answers, answer_p_yes=p_yes,
-                                  soft_qa=soft_score(p_yes), settings=self.settings, stages=stages)
+                                  soft_qa=soft_score(p_yes), source_pieces=len(pieces), settings=self.settings,
+                                  stages=stages)

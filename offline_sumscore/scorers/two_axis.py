@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from .. import prompts, schemas
 from ..arithmetic import two_axis_score
+from ..chunking import allot
 from ..errors import UsageError
 from ..results import SummarizationResult
 from ..samples import Sample, check_text
@@ -119,34 +120,58 @@ class SummarizationScorer(ScorerBase):
         reason_chars = self.max_reason_chars if self.include_reason else None
         given = sample.questions if sample.questions is not None else self.questions
         stages: dict[str, dict] = {}
-        wave1 = [StageRequest(sample.id, "claims",
-                              tuple(prompts.claims_prompt(sample.source, sample.summary, max_claims=self.max_claims,
-                                                          with_reason=self.include_reason)),
-                              schemas.claims_list(self.max_claims, self.max_text_chars, reason_chars),
-                              verdict_choice=BOOLEAN)]
-        if given is None:
-            wave1.append(StageRequest(sample.id, "questions",
-                                      tuple(prompts.questions_prompt(sample.source, max_questions=self.max_questions)),
-                                      schemas.questions_list(self.max_questions, self.max_text_chars)))
+
+        def claims_request(source: str) -> StageRequest:
+            return StageRequest(sample.id, "claims",
+                                tuple(prompts.claims_prompt(source, sample.summary, max_claims=self.max_claims,
+                                                            with_reason=self.include_reason)),
+                                schemas.claims_list(self.max_claims, self.max_text_chars, reason_chars),
+                                verdict_choice=BOOLEAN)
+
+        # A source too long for the judge's context is split on sentence boundaries (sized on the claims prompt,
+        # the longest). Claims are drawn and judged on the first piece, then each claim not yet supported is
+        # checked against every further piece; questions are drawn from every piece in proportion to its length.
+        pieces = self.source_pieces(sample.source, claims_request)
+        shares = allot(self.max_questions, [len(p) for p in pieces])
+        asking = [(k, n) for k, n in enumerate(shares) if n > 0] if given is None else []
+        wave1 = [claims_request(pieces[0])]
+        wave1 += [StageRequest(sample.id, "questions", tuple(prompts.questions_prompt(pieces[k], max_questions=n)),
+                               schemas.questions_list(n, self.max_text_chars)) for k, n in asking]
         results = yield wave1
         claims = [c.model_dump() for c in require(results[0], stages).claims]
         if len(results[0].choice_probs) == len(claims):
             for claim, p in zip(claims, results[0].choice_probs):
                 claim["p_supported"] = p
-        questions = list(given) if given is not None else list(require(results[1], stages).questions)
+        questions = list(given) if given is not None else [
+            q for (k, _), r in zip(asking, results[1:])
+            for q in require(r, stages, "questions" if len(pieces) == 1 else f"questions.{k}").questions]
         asked = questions[:self.max_questions]
+        checks = [(i, k) for i, c in enumerate(claims) if not c["supported"] for k in range(1, len(pieces))]
+        # Checks first, then one request per question (the summary is their shared prefix, computed once).
+        wave2 = [StageRequest(sample.id, "support",
+                              tuple(prompts.support_prompt(pieces[k], claims[i]["claim"],
+                                                           with_reason=self.include_reason)),
+                              schemas.support_verdict(reason_chars), verdict_choice=BOOLEAN) for i, k in checks]
+        wave2 += [StageRequest(sample.id, "coverage",
+                               tuple(prompts.coverage_prompt(sample.summary, q, with_reason=self.include_reason)),
+                               schemas.coverage_verdict(reason_chars), verdict_choice=BOOLEAN) for q in asked]
+        replies = (yield wave2) if wave2 else []
+        if len(pieces) > 1:
+            for claim in claims:
+                claim["piece"] = 0 if claim["supported"] else None
+        for (i, k), reply in zip(checks, replies):
+            found = require(reply, stages, f"support.{i}.{k}")
+            claim = claims[i]
+            if claim.get("p_supported") is not None and first_prob(reply) is not None:
+                claim["p_supported"] = max(claim["p_supported"], first_prob(reply))  # supported by some piece
+            if found.supported and not claim["supported"]:
+                claim.update(supported=True, piece=k, **({"reason": found.reason} if reason_chars else {}))
+        answers = replies[len(checks):]
         verdicts: list[dict] = []
-        if asked:
-            # One request per question: the summary is their shared prefix, computed once by the engine.
-            answers = yield [StageRequest(sample.id, "coverage",
-                                          tuple(prompts.coverage_prompt(sample.summary, q,
-                                                                        with_reason=self.include_reason)),
-                                          schemas.coverage_verdict(reason_chars), verdict_choice=BOOLEAN)
-                             for q in asked]
-            for i, answer in enumerate(answers):
-                verdict = require(answer, stages, f"coverage.{i}").model_dump()
-                verdict["p_answered"] = first_prob(answer)
-                verdicts.append(verdict)
+        for i, answer in enumerate(answers):
+            verdict = require(answer, stages, f"coverage.{i}").model_dump()
+            verdict["p_answered"] = first_prob(answer)
+            verdicts.append(verdict)
         value = two_axis_score(claims, questions, verdicts, max_questions=self.max_questions, scale=self.scale,
                                strict_mode=self.strict_mode, threshold=self.threshold)
         reason = (compose_reason(value.score, value.alignment, value.coverage, value.limiting_axis, claims, asked,
@@ -157,4 +182,4 @@ class SummarizationScorer(ScorerBase):
             questions_from="user" if given is not None else "judge", coverage_verdicts=verdicts,
             soft_alignment=soft_score([c.get("p_supported") for c in claims]),
             soft_coverage=soft_score([v["p_answered"] for v in verdicts]),
-            settings=self.settings, stages=stages)
+            source_pieces=len(pieces), settings=self.settings, stages=stages)

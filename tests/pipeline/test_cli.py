@@ -66,11 +66,12 @@ def test_failed_row_is_recorded_and_exit_code_is_one(tmp_path, use_scripted):
     assert "2 rows, 1 failed" in result.output
 
 
-def test_missing_field_is_one_line_naming_file_line_id_and_field(tmp_path, use_scripted):
+def test_fail_fast_stops_at_a_bad_row_with_one_line_naming_file_line_id_and_field(tmp_path, use_scripted):
     src = write_jsonl(tmp_path / "in.jsonl", [ROWS[0], {"id": "b", "source": "text"}])
-    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl")])
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--fail-fast"])
     assert result.exit_code == 2
     assert result.output.strip() == f'Error: {src}:2 (id "b"): field "summary" is missing'
+    assert not use_scripted.requests  # stopped before the judge was asked anything
 
 
 def test_option_of_the_other_metric_is_a_usage_error(tmp_path, use_scripted):

@@ -1,0 +1,153 @@
+"""Bulk runs that never lose a finished row.
+
+The input is cut into fixed chunks (chunk_size rows, counted from the top of the file). Each chunk is scored as one
+score_many call, so its stages batch across its rows, and its rows are appended to OUTPUT in one write, flushed and
+fsynced: a chunk is in OUTPUT whole or, after a crash mid-write, as a torn tail that a resumed run cuts off and
+redoes. A resumed run skips the chunks whose every row is in OUTPUT and scores the others whole, so it forms exactly
+the batches an uninterrupted run forms (batch composition can move a verdict through padding numerics). At the end
+OUTPUT is rewritten in input order, one row per input row, atomically (a temporary file, fsync, rename).
+
+A row is matched to OUTPUT by its key ("id:<id>", or "line:<n>" when the row names no id) and the hash of its
+content; a key whose content changed is an error, never silently reused.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import UsageError
+from .samples import BadRow, Sample
+
+DEFAULT_CHUNK_SIZE = 32
+
+
+def row_for(item: Sample | BadRow, result=None, metric: str = "") -> dict:
+    """The OUTPUT row of one input row: its result (or its input error) and where it came from."""
+    if isinstance(item, BadRow):
+        err = item.error
+        row = {"id": item.id, "metric": metric, "score": None, "stages": {},
+               "error": {"stage": "input", "cause": f"input:{err.cause}", "field": err.field, "message": str(err)}}
+    else:
+        row = result.to_dict()
+    row.update(line=item.line, row_key=item.key, input_hash=item.input_hash)
+    return row
+
+
+def dumps(row: dict) -> bytes:
+    line = json.dumps(row, ensure_ascii=False) + "\n"
+    try:
+        return line.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable input bytes (kept as lone surrogates) in an id: write them escaped
+        return (json.dumps(row) + "\n").encode("ascii")
+
+
+def read_finished(path: Path) -> tuple[list[dict], int, bool]:
+    """The rows already in OUTPUT, the byte length of its sound part, and whether a torn last line was found
+    (a write cut off by a kill: no newline, or not valid JSON). Anything wrong before the last line is an error:
+    that file was not written by this tool."""
+    data = path.read_bytes()
+    rows, sound = [], 0
+    lines = data.splitlines(keepends=True)
+    for number, line in enumerate(lines, 1):
+        last = number == len(lines)
+        try:
+            row = json.loads(line) if line.endswith(b"\n") else None
+        except ValueError:
+            row = None
+        if row is None or not isinstance(row, dict) or "row_key" not in row:
+            if last and (row is None):
+                return rows, sound, True
+            raise UsageError(f"{path}:{number} is not a row written by `sumscore score` (no row_key); to resume, "
+                             f"point -o at that run's OUTPUT, or drop --resume to start afresh")
+        rows.append(row)
+        sound += len(line)
+    return rows, sound, False
+
+
+@dataclass
+class BulkReport:
+    rows: list[dict]  # the final OUTPUT, in input order
+    resumed: int = 0  # rows taken from OUTPUT as they were
+    torn_tail: bool = False  # a torn last line was found in OUTPUT and cut off
+    stopped_early: bool = False  # fail_fast stopped the run at a failed row
+    failed_by_cause: Counter = field(default_factory=Counter)
+
+
+def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike, *, resume: bool = False,
+             chunk_size: int = DEFAULT_CHUNK_SIZE, fail_fast: bool = False,
+             progress: Callable[[int], None] | None = None) -> BulkReport:
+    """Score items chunk by chunk into OUTPUT (JSONL); see the module docstring for the guarantees."""
+    if chunk_size < 1:
+        raise UsageError(f"chunk_size must be >= 1. Given: {chunk_size}")
+    path = Path(output)
+    done: dict[str, dict] = {}
+    report = BulkReport(rows=[])
+    if resume and path.exists():
+        finished, sound, report.torn_tail = read_finished(path)
+        done = _check_resumable(finished, items, scorer, path)
+        with open(path, "r+b") as fh:  # cut a torn tail, so the next append starts on a fresh line
+            fh.truncate(sound)
+            fh.flush()
+            os.fsync(fh.fileno())
+    report.resumed = sum(item.key in done for item in items)
+    with open(path, "ab" if resume else "wb") as out:
+        for start in range(0, len(items), chunk_size):
+            chunk = items[start:start + chunk_size]
+            if all(item.key in done for item in chunk):
+                if progress:
+                    progress(len(chunk))
+                continue
+            samples = [item for item in chunk if isinstance(item, Sample)]
+            results = iter(scorer.score_many(samples, on_error="return")) if samples else iter(())
+            rows = [row_for(item, None if isinstance(item, BadRow) else next(results), scorer.metric)
+                    for item in chunk]
+            out.write(b"".join(dumps(r) for r in rows))
+            out.flush()
+            os.fsync(out.fileno())
+            done.update((item.key, row) for item, row in zip(chunk, rows))
+            if progress:
+                progress(len(chunk))
+            if fail_fast and any(r.get("error") for r in rows):
+                report.stopped_early = True
+                break
+    report.rows = [done[item.key] for item in items if item.key in done]
+    _rewrite(path, report.rows)
+    report.failed_by_cause = Counter(r["error"].get("cause", r["error"].get("stage", "?"))
+                                     for r in report.rows if r.get("error"))
+    return report
+
+
+def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[str, dict]:
+    wanted = {item.key: item for item in items}
+    done: dict[str, dict] = {}
+    for row in finished:
+        item = wanted.get(row["row_key"])
+        if item is None:
+            raise UsageError(f"{path} holds a row ({row['row_key']}) that is not in INPUT: it is another run's "
+                             f"OUTPUT; use a new -o, or drop --resume to start afresh")
+        if row.get("input_hash") != item.input_hash:
+            raise UsageError(f"{path}: the row {row['row_key']} (line {row.get('line')}) was scored from different "
+                             f"content than INPUT has now; use a new -o, or drop --resume to rescore everything")
+        if row.get("metric") != scorer.metric or (row.get("settings") and row["settings"] != scorer.settings):
+            raise UsageError(f"{path} was written with other settings (metric {row.get('metric')}, "
+                             f"{row.get('settings')}); resume with the same options, or use a new -o")
+        done[row["row_key"]] = row  # a chunk redone after a torn write: the later copy wins
+    return done
+
+
+def _rewrite(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_name(path.name + ".rewrite")
+    with open(tmp, "wb") as fh:
+        fh.write(b"".join(dumps(r) for r in rows))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename itself survives a power cut
+    finally:
+        os.close(dir_fd)

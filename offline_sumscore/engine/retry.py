@@ -1,0 +1,51 @@
+"""RetryingEngine: a failed stage gets one more try, and its failure is recorded, never turned into a score.
+
+A row that hit its token cap is rerun with twice the cap (the judge may simply need more room: a long claim list);
+a call in which the engine itself raised (a model or device error) is rerun once as it was. Any other failure
+(output that does not validate, a prompt that leaves no room, out of memory alone) would fail the same way again
+under greedy decoding, so it is not retried. The retried result keeps the first attempt's audit.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from ..stages import StageRequest, StageResult
+
+RETRIED = ("cap", "model")
+
+
+class RetryingEngine:
+    def __init__(self, inner):
+        self.inner = inner
+        self.retries = 0
+
+    def describe(self) -> dict:
+        return self.inner.describe()
+
+    def spare_tokens(self, request: StageRequest) -> int | None:
+        spare = getattr(self.inner, "spare_tokens", None)
+        return spare(request) if spare else None
+
+    def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        results = self._attempt(requests)
+        again = [i for i, r in enumerate(results) if r.error_kind in RETRIED]
+        if not again:
+            return results
+        self.retries += len(again)
+        second = self._attempt([replace(requests[i], max_new_tokens=2 * results[i].cap)
+                                if results[i].error_kind == "cap" and results[i].cap else requests[i] for i in again])
+        for i, result in zip(again, second):
+            # The result answers the request as asked (its cache key), whatever cap the retry ran under.
+            results[i] = replace(result, request=requests[i], first_attempt=results[i].audit())
+        return results
+
+    def _attempt(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        try:
+            return self.inner.run(requests)
+        except AssertionError:  # a test's scripted engine ran out of replies: a bug in the test, not the judge
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded in every row of the call, then retried once
+            message = f"the engine raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return [StageResult(request=r, value=None, raw_output="", error=message, error_kind="model")
+                    for r in requests]
