@@ -74,7 +74,7 @@ def test_cli_scores_a_small_file_with_the_real_model(tmp_path):
     assert row["id"] == "x" and 0 <= row["score"] <= 1 and row["reason"] is None
     assert len(row["coverage_verdicts"]) == len(row["questions"]) == 1
     assert row["judge"]["name"] == "SmolLM2-135M-Instruct"
-    assert row["judge"]["engine"]["engine"] == "transformers" and "free RAM" in row["judge"]["engine"]["capacity"]
+    assert row["judge"]["engine"]["engine"] == "transformers" and "free memory" in row["judge"]["engine"]["capacity"]
     assert "metric two-axis: 1 rows, 0 failed" in proc.stdout
 
 

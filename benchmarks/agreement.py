@@ -1,0 +1,467 @@
+"""Agreement benchmark: how closely the local judge tracks human raters and recorded hosted judges.
+
+    python benchmarks/agreement.py --data ../shared/data/agreement/summeval_dev.jsonl --documents 4
+    python benchmarks/agreement.py --data ../shared/data/agreement/frank_finesure_gpt4o.jsonl --documents 12
+    python benchmarks/agreement.py --data ../shared/data/agreement/realsumm_keyfacts.jsonl --documents 10
+    python benchmarks/agreement.py --data FILE --model /models/Qwen2.5-7B-Instruct --metric both   # all items
+
+Input: JSONL, one object per (document, summary) item: `id`, `source`, `summary`, `human` (name -> number, or the
+lists named below), `judges` (judge -> name -> number), and optionally `doc_id` (else the middle of an id shaped
+`<set>:<doc>:<system>`, else the id). Three kinds of file are recognised by their fields:
+  scores    (SummEval and any file of numeric scores): correlations of our scores with every human score and every
+            hosted judge's score, dataset level and summary level, with bootstrap intervals over documents;
+  sentences (FRANK: `sentences`, human.sentence_error_majority): each sentence is judged as its own summary, so
+            our sentence verdict is "every claim supported"; balanced accuracy and kappa at sentence and summary
+            level against humans and against the hosted judge;
+  keyfacts  (REALSumm: `keyfacts`, human.keyfact_present_majority): each key fact becomes a coverage question
+            ("Is it true that <fact>?"), so our verdict per fact is "the summary answers it"; balanced accuracy and
+            kappa per fact, and correlations of coverage with human completeness.
+The hosted judges' own agreement with humans on the same items is computed from the file and shown beside ours.
+
+Scoring goes through the same bulk runner as `sumscore score` (offline_sumscore.bulk.run_bulk): the rows land in
+benchmarks/results/runs/<name>/scores.jsonl, resumable, with the stage cache; a rerun only recomputes statistics.
+Writes benchmarks/results/agreement_<data>_<metric>_<judge>.{md,json} and PNG plots beside them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from offline_sumscore.agreement import binary_agreement, correlate  # noqa: E402
+from offline_sumscore.errors import InputError  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+OURS = {"two-axis": ["score", "alignment", "coverage", "soft_alignment", "soft_coverage"],
+        "summary-score": ["score", "qa", "conciseness", "soft_qa"]}
+# Which human dimension each of our measures is meant to track (scores files); the rest of the matrix is in JSON.
+PRIMARY = {"alignment": "consistency", "soft_alignment": "consistency", "coverage": "relevance",
+           "soft_coverage": "relevance", "score": "mean", "qa": "relevance", "soft_qa": "relevance",
+           "conciseness": "relevance"}
+
+
+# -- data ----------------------------------------------------------------------------------------------------------
+def read_items(path: Path) -> list[dict]:
+    """Every item of an agreement file; a malformed line is an InputError naming the file, line and field."""
+    items = []
+    with open(path, encoding="utf-8") as fh:
+        for line_no, text in enumerate(fh, 1):
+            if not text.strip():
+                continue
+            try:
+                item = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"is not valid JSON ({exc.msg} at column {exc.colno})", line=line_no,
+                                 path=str(path)) from None
+            if not isinstance(item, dict):
+                raise InputError("must be a JSON object", line=line_no, path=str(path))
+            for field, kind in (("id", str), ("source", str), ("summary", str), ("human", dict)):
+                if not isinstance(item.get(field), kind):
+                    raise InputError(f"must be a {'string' if kind is str else 'JSON object'}; got "
+                                     f"{type(item.get(field)).__name__}", field=field, line=line_no,
+                                     row_id=str(item.get("id")), path=str(path))
+            if not isinstance(item.get("judges", {}), dict):
+                raise InputError("must be a JSON object", field="judges", line=line_no, row_id=item["id"],
+                                 path=str(path))
+            item.setdefault("judges", {})
+            parts = item["id"].split(":")
+            item.setdefault("doc_id", parts[1] if len(parts) == 3 else item["id"])
+            item["_line"] = line_no
+            items.append(item)
+    if not items:
+        raise InputError("holds no items", path=str(path))
+    return items
+
+
+def kind_of(items: list[dict]) -> str:
+    first = items[0]
+    if "keyfacts" in first and "keyfact_present_majority" in first["human"]:
+        return "keyfacts"
+    if "sentences" in first and "sentence_error_majority" in first["human"]:
+        return "sentences"
+    return "scores"
+
+
+def primary_human(item: dict, kind: str) -> float | None:
+    h = item["human"]
+    if kind == "sentences":
+        return h.get("faithfulness")
+    if kind == "keyfacts":
+        return h.get("completeness")
+    nums = [v for v in h.values() if isinstance(v, (int, float))]
+    return h.get("consistency", nums[0] if nums else None)
+
+
+def pick_documents(items: list[dict], kind: str, documents: int | None, limit: int | None, seed: int) -> list[dict]:
+    """Whole documents (all their summaries), stratified by the documents' mean primary human score: documents are
+    sorted by it, cut into `documents` equal strata, and one is drawn from each with a seeded RNG. --limit then
+    keeps whole documents while the item count stays within it. Reproducible for a given file, count and seed."""
+    by_doc: dict[str, list[dict]] = {}
+    for item in items:
+        by_doc.setdefault(item["doc_id"], []).append(item)
+    docs = sorted(by_doc)
+    if documents and documents < len(docs):
+        def mean(d):
+            vals = [v for v in (primary_human(i, kind) for i in by_doc[d]) if v is not None]
+            return sum(vals) / len(vals) if vals else 0.0
+        ranked = sorted(docs, key=lambda d: (mean(d), d))
+        rng = random.Random(seed)
+        bounds = [round(k * len(ranked) / documents) for k in range(documents + 1)]
+        docs = sorted(rng.choice(ranked[bounds[k]:bounds[k + 1]]) for k in range(documents))
+    chosen = []
+    for d in docs:
+        if limit and chosen and len(chosen) + len(by_doc[d]) > limit:
+            break
+        chosen.extend(by_doc[d])
+    return chosen
+
+
+# -- scoring: the bulk runner, one row per item (per sentence for FRANK) ----------------------------------------
+def scoring_rows(items: list[dict], kind: str):
+    from offline_sumscore.samples import Sample, content_hash
+
+    for item in items:
+        if kind == "sentences":
+            units = [(f"{item['id']}#s{k}", sentence, ()) for k, sentence in enumerate(item["sentences"])]
+        elif kind == "keyfacts":
+            questions = tuple(f"Is it true that {fact.rstrip('. ')}?" for fact in item["keyfacts"])
+            units = [(item["id"], item["summary"], questions)]
+        else:
+            units = [(item["id"], item["summary"], None)]
+        for row_id, summary, questions in units:
+            # Sentence rows need no questions (only alignment is compared): an empty tuple skips that stage.
+            yield Sample(id=row_id, source=item["source"], summary=summary, questions=questions, line=item["_line"],
+                         key=f"id:{row_id}", input_hash=content_hash(item["source"], summary, questions))
+
+
+def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], dict]:
+    from offline_sumscore import SummarizationScorer, SummaryScore, load_judge
+    from offline_sumscore.bulk import run_bulk
+    from offline_sumscore.stage_cache import StageCache, default_cache_path
+
+    judge = load_judge(args.model, device=args.device)
+    cache = None if args.no_cache else StageCache(args.cache or default_cache_path())
+    cls = SummarizationScorer if metric == "two-axis" else SummaryScore
+    if kind == "keyfacts" and metric == "two-axis":
+        options = dict(max_questions=max(len(i["keyfacts"]) for i in items))  # every key fact is asked
+    else:
+        options = {}
+    scorer = cls(judge, cache=cache, batch_size=args.batch_size, **options)
+    rows = list(scoring_rows(items, kind))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    report = run_bulk(rows, scorer, run_dir / "scores.jsonl", resume=True)
+    seconds = time.perf_counter() - started
+    stages = [s for r in report.rows for s in r.get("stages", {}).values()]
+    runner = scorer.runner
+    cost = {"seconds": round(seconds, 1), "rows": len(rows), "rows_scored_now": len(rows) - report.resumed,
+            "rows_per_s": round((len(rows) - report.resumed) / seconds, 4) if seconds and report.resumed < len(rows)
+            else None,
+            "tokens_in": sum(s["tokens_in"] for s in stages), "tokens_out": sum(s["tokens_out"] for s in stages),
+            "stage_requests_computed": getattr(runner, "computed", None), "stage_requests_cached": getattr(runner, "hits", None),
+            "failed_rows": sum(1 for r in report.rows if r.get("error")), "judge": judge.describe(),
+            "settings": scorer.settings}
+    return {r["id"]: r for r in report.rows}, cost
+
+
+# -- statistics per kind --------------------------------------------------------------------------------------------
+def numeric_fields(d: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def scores_report(items, rows, metric, args) -> dict:
+    docs = [i["doc_id"] for i in items]
+    ours = {m: [rows.get(i["id"], {}).get(m) for i in items] for m in OURS[metric]}
+    human_names = sorted({k for i in items for k in numeric_fields(i["human"])})
+    humans = {h: [numeric_fields(i["human"]).get(h) for i in items] for h in human_names}
+    if human_names:
+        humans["mean"] = [sum(v for v in (humans[h][n] for h in human_names) if v is not None) / len(human_names)
+                          if all(humans[h][n] is not None for h in human_names) else None for n in range(len(items))]
+    judges = {}
+    for i in items:
+        for judge, fields in i["judges"].items():
+            for name in numeric_fields(fields) if isinstance(fields, dict) else {}:
+                judges.setdefault(f"{judge}:{name}", None)
+    hosted = {j: [numeric_fields(i["judges"].get(j.split(":")[0], {}) or {}).get(j.split(":")[1]) for i in items]
+              for j in judges}
+    corr = lambda x, y: correlate(x, y, docs, resamples=args.resamples, seed=args.seed)  # noqa: E731
+    out: dict[str, Any] = {"ours_vs_human": {}, "ours_vs_hosted": {}, "hosted_vs_human": {}}
+    for m, xs in ours.items():
+        for h, ys in humans.items():
+            out["ours_vs_human"][f"{m}~{h}"] = corr(xs, ys)
+        for j, ys in hosted.items():
+            out["ours_vs_hosted"][f"{m}~{j}"] = corr(xs, ys)
+    for j, xs in hosted.items():
+        dim = j.split(":")[1].split("_")[0]
+        if dim in humans:
+            out["hosted_vs_human"][f"{j}~{dim}"] = corr(xs, humans[dim])
+    out["_series"] = {"ours": ours, "humans": humans, "hosted": hosted}
+    return out
+
+
+def sentences_report(items, rows) -> dict:
+    human_s, judge_s, ours_s, p_s = [], [], [], []
+    human_sum, judge_sum, ours_sum = [], [], []
+    ours_faith, human_faith = [], []
+    judge_name = next((j for i in items for j in i["judges"]), None)
+    for item in items:
+        labels = item["human"]["sentence_error_majority"]
+        verdict = (item["judges"].get(judge_name) or {}) if judge_name else {}
+        theirs = verdict.get("sentence_error")
+        mine = []
+        for k in range(len(item["sentences"])):
+            row = rows.get(f"{item['id']}#s{k}") or {}
+            mine.append(None if row.get("error") or row.get("alignment") is None else row["alignment"] < 1)
+            p_s.append(row.get("soft_alignment"))
+        for k, label in enumerate(labels):
+            human_s.append(bool(label))
+            ours_s.append(mine[k] if k < len(mine) else None)
+            judge_s.append(bool(theirs[k]) if theirs and k < len(theirs) else None)
+        human_sum.append(bool(item["human"]["summary_has_error"]))
+        judge_sum.append(bool(verdict["summary_has_error"]) if "summary_has_error" in verdict else None)
+        ours_sum.append(None if any(m is None for m in mine) else any(mine))
+        human_faith.append(item["human"].get("faithfulness"))
+        ours_faith.append(None if any(m is None for m in mine) or not mine else 1 - sum(mine) / len(mine))
+    both = [n for n in range(len(human_s)) if judge_s[n] is not None]
+    both_sum = [n for n in range(len(human_sum)) if judge_sum[n] is not None]
+    docs = [i["doc_id"] for i in items]
+    return {"hosted_judge": judge_name,
+            "sentence": {"ours_vs_human": binary_agreement(human_s, ours_s),
+                         "ours_vs_hosted": binary_agreement([judge_s[n] for n in both], [ours_s[n] for n in both]),
+                         "ours_vs_human_on_hosted_items": binary_agreement([human_s[n] for n in both],
+                                                                           [ours_s[n] for n in both]),
+                         "hosted_vs_human": binary_agreement([human_s[n] for n in both], [judge_s[n] for n in both])},
+            "summary": {"ours_vs_human": binary_agreement(human_sum, ours_sum),
+                        "ours_vs_hosted": binary_agreement([judge_sum[n] for n in both_sum],
+                                                           [ours_sum[n] for n in both_sum]),
+                        "hosted_vs_human": binary_agreement([human_sum[n] for n in both_sum],
+                                                            [judge_sum[n] for n in both_sum])},
+            "faithfulness": correlate(ours_faith, human_faith, docs, resamples=0),
+            "_series": {"p_supported": p_s, "human_no_error": [not h for h in human_s][:len(p_s)],
+                        "ours_faith": ours_faith, "human_faith": human_faith}}
+
+
+def keyfacts_report(items, rows, args) -> dict:
+    judge_name = next((j for i in items for j in i["judges"]), None)
+    human_k, ours_k, judge_k, p_k = [], [], [], []
+    cov, comp, gpt_comp = [], [], []
+    for item in items:
+        row = rows.get(item["id"]) or {}
+        verdicts = [] if row.get("error") else row.get("coverage_verdicts", [])
+        theirs = (item["judges"].get(judge_name) or {}).get("keyfact_present") if judge_name else None
+        for k, label in enumerate(item["human"]["keyfact_present_majority"]):
+            human_k.append(bool(label))
+            ours_k.append(verdicts[k]["answered"] if k < len(verdicts) else None)
+            p_k.append(verdicts[k].get("p_answered") if k < len(verdicts) else None)
+            judge_k.append(bool(theirs[k]) if theirs and k < len(theirs) else None)
+        cov.append(row.get("coverage"))
+        comp.append(item["human"].get("completeness"))
+        gpt_comp.append((item["judges"].get(judge_name) or {}).get("completeness") if judge_name else None)
+    both = [n for n in range(len(human_k)) if judge_k[n] is not None]
+    docs = [i["doc_id"] for i in items]
+    return {"hosted_judge": judge_name,
+            "keyfact": {"ours_vs_human": binary_agreement(human_k, ours_k),
+                        "ours_vs_hosted": binary_agreement([judge_k[n] for n in both], [ours_k[n] for n in both]),
+                        "ours_vs_human_on_hosted_items": binary_agreement([human_k[n] for n in both],
+                                                                          [ours_k[n] for n in both]),
+                        "hosted_vs_human": binary_agreement([human_k[n] for n in both], [judge_k[n] for n in both])},
+            "completeness": {"ours_vs_human": correlate(cov, comp, docs, resamples=args.resamples, seed=args.seed),
+                             "hosted_vs_human": correlate(gpt_comp, comp, docs, resamples=args.resamples,
+                                                          seed=args.seed)},
+            "_series": {"p_answered": p_k, "human_present": human_k, "coverage": cov, "completeness": comp}}
+
+
+# -- output -----------------------------------------------------------------------------------------------------
+def fmt(v, digits=3):
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_corr(c: dict, level: str, name: str) -> str:
+    s = c[level][name]
+    ci = f" [{fmt(s['ci'][0], 2)}, {fmt(s['ci'][1], 2)}]" if s.get("ci") else ""
+    return f"{fmt(s['value'])}{ci}"
+
+
+def markdown(report: dict) -> str:
+    head = report["header"]
+    lines = [f"# Agreement: {head['data']}, metric {head['metric']}, judge {head['judge']}", "",
+             f"{head['items']} items from {head['documents']} documents ({head['selection']}); scored rows "
+             f"{head['cost']['rows']}, failed {head['cost']['failed_rows']}; {head['cost']['seconds']} s "
+             f"({head['cost']['rows_scored_now']} rows scored in this run), {head['cost']['tokens_in']} tokens in, "
+             f"{head['cost']['tokens_out']} tokens out.", ""]
+    kind = head["kind"]
+    if kind == "scores":
+        r = report["stats"]
+        lines += ["Spearman / Kendall tau-b / Pearson with 95% bootstrap intervals over documents. Dataset level: "
+                  "over all items; summary level: within each document, averaged.", "",
+                  "| ours | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) | Spearman (summary) "
+                  "| Kendall (summary) |", "|---|---|---|---|---|---|---|"]
+        for key, c in r["ours_vs_human"].items():
+            m, h = key.split("~")
+            if PRIMARY.get(m) == h:
+                lines.append(f"| {m} | human {h} | {fmt_corr(c, 'dataset', 'spearman')} | "
+                             f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'dataset', 'pearson')} | "
+                             f"{fmt_corr(c, 'summary', 'spearman')} | {fmt_corr(c, 'summary', 'kendall')} |")
+        for key, c in r["ours_vs_hosted"].items():
+            m, j = key.split("~")
+            if j.endswith(f":{PRIMARY.get(m)}_rts") and j.startswith("gpt-4"):
+                lines.append(f"| {m} | {j} | {fmt_corr(c, 'dataset', 'spearman')} | "
+                             f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'dataset', 'pearson')} | "
+                             f"{fmt_corr(c, 'summary', 'spearman')} | {fmt_corr(c, 'summary', 'kendall')} |")
+        lines += ["", "Hosted judges against the experts on the same items (from the file):", "",
+                  "| hosted judge | against | Spearman (dataset) | Kendall (dataset) | Spearman (summary) |",
+                  "|---|---|---|---|---|"]
+        for key, c in r["hosted_vs_human"].items():
+            j, h = key.split("~")
+            if j.endswith("_rts"):
+                lines.append(f"| {j} | human {h} | {fmt_corr(c, 'dataset', 'spearman')} | "
+                             f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'summary', 'spearman')} |")
+    else:
+        r = report["stats"]
+        unit = "sentence" if kind == "sentences" else "keyfact"
+        lines += [f"Binary agreement (balanced accuracy, Cohen's kappa); hosted judge: {r['hosted_judge']}.", "",
+                  "| level | comparison | n | balanced accuracy | kappa |", "|---|---|---|---|---|"]
+        for level in ([unit, "summary"] if kind == "sentences" else [unit]):
+            for name, b in r[level].items():
+                lines.append(f"| {level} | {name.replace('_', ' ')} | {b['n']} | {fmt(b['balanced_accuracy'])} | "
+                             f"{fmt(b['kappa'])} |")
+        if kind == "keyfacts":
+            lines += ["", "| score | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) |",
+                      "|---|---|---|---|---|"]
+            for name, c in r["completeness"].items():
+                lines.append(f"| {'our coverage' if name.startswith('ours') else 'hosted completeness'} | human "
+                             f"completeness | {fmt_corr(c, 'dataset', 'spearman')} | {fmt_corr(c, 'dataset', 'kendall')} "
+                             f"| {fmt_corr(c, 'dataset', 'pearson')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(report: dict, series: dict, stem: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    kind, written = report["header"]["kind"], []
+
+    def scatter(xs, ys, xlabel, ylabel, name):
+        pts = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+        if not pts:
+            return
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=18, alpha=0.7)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{len(pts)} summaries")
+        fig.tight_layout()
+        fig.savefig(f"{stem}_{name}.png", dpi=110)
+        plt.close(fig)
+        written.append(f"{stem.name}_{name}.png")
+
+    def reliability(probs, truth, name, label):
+        pairs = [(p, t) for p, t in zip(probs, truth) if p is not None and t is not None]
+        if not pairs:
+            return
+        bins = [[] for _ in range(10)]
+        for p, t in pairs:
+            bins[min(int(p * 10), 9)].append((p, float(t)))
+        fig, ax = plt.subplots(figsize=(4.5, 4))
+        ax.plot([0, 1], [0, 1], "--", color="grey", lw=1)
+        xs = [sum(p for p, _ in b) / len(b) for b in bins if b]
+        ys = [sum(t for _, t in b) / len(b) for b in bins if b]
+        ax.plot(xs, ys, "o-")
+        for x, y, b in zip(xs, ys, [b for b in bins if b]):
+            ax.annotate(str(len(b)), (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("judge's P(yes), binned")
+        ax.set_ylabel(label)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"reliability, {len(pairs)} verdicts")
+        fig.tight_layout()
+        fig.savefig(f"{stem}_{name}.png", dpi=110)
+        plt.close(fig)
+        written.append(f"{stem.name}_{name}.png")
+
+    if kind == "scores":
+        ours, humans, hosted = series["ours"], series["humans"], series["hosted"]
+        if "score" in ours and "mean" in humans:
+            scatter(ours["score"], humans["mean"], "our score", "human mean of all dimensions", "vs_human")
+        gpt = next((k for k in hosted if k.startswith("gpt-4") and k.endswith("consistency_rts")), None)
+        if gpt and "score" in ours:
+            scatter(ours["score"], hosted[gpt], "our score", gpt, "vs_gpt4")
+        soft = ours.get("soft_alignment") or ours.get("soft_qa")
+        if soft and "consistency" in humans:
+            reliability(soft, [None if h is None else (h - 1) / 4 for h in humans["consistency"]], "reliability",
+                        "human consistency, scaled to 0..1")
+    elif kind == "sentences":
+        scatter(series["ours_faith"], series["human_faith"], "our share of sentences supported",
+                "human faithfulness", "vs_human")
+        reliability(series["p_supported"], series["human_no_error"], "reliability", "share without a human error")
+    else:
+        scatter(series["coverage"], series["completeness"], "our coverage (key facts answered)",
+                "human completeness", "vs_human")
+        reliability(series["p_answered"], series["human_present"], "reliability", "share present for humans")
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Agreement of the local judge with humans and hosted judges.")
+    ap.add_argument("--data", type=Path, required=True, help="agreement JSONL (see the module docstring)")
+    ap.add_argument("--model", default=None, help="judge: model directory or .gguf (default: the embedded one)")
+    ap.add_argument("--metric", choices=["two-axis", "summary-score", "both"], default="two-axis")
+    ap.add_argument("--documents", type=int, default=None, help="a stratified subset of this many whole documents")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many items (whole documents)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--batch-size", type=int, default=None)
+    ap.add_argument("--cache", default=None, help="stage cache path (default as for sumscore score)")
+    ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    try:
+        items = read_items(args.data)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kind = kind_of(items)
+    chosen = pick_documents(items, kind, args.documents, args.limit, args.seed)
+    metrics = ["two-axis", "summary-score"] if args.metric == "both" else [args.metric]
+    if kind != "scores" and "summary-score" in metrics:
+        print(f"note: {kind} files measure verdicts the two-axis metric gives; summary-score is skipped",
+              file=sys.stderr)
+        metrics = ["two-axis"]
+    for metric in metrics:
+        judge_name = Path(args.model).name if args.model else "embedded"
+        name = f"{args.data.stem}_{metric}_{judge_name}_" + (f"{args.documents}docs" if args.documents else "all")
+        rows, cost = score(chosen, kind, metric, args, args.out / "runs" / name)
+        if kind == "scores":
+            stats = scores_report(chosen, rows, metric, args)
+        elif kind == "sentences":
+            stats = sentences_report(chosen, rows)
+        else:
+            stats = keyfacts_report(chosen, rows, args)
+        series = stats.pop("_series")
+        report = {"header": {"data": str(args.data.name), "kind": kind, "metric": metric, "judge": cost["judge"]["name"],
+                             "items": len(chosen), "documents": len({i["doc_id"] for i in chosen}),
+                             "selection": (f"{args.documents} documents stratified by mean human score, seed "
+                                           f"{args.seed}" if args.documents else "all documents")
+                             + (f", limit {args.limit}" if args.limit else ""),
+                             "cost": cost}, "stats": stats}
+        stem = args.out / f"agreement_{name}"
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        report["plots"] = plots(report, series, stem)
+        Path(f"{stem}.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        text = markdown(report) + "\nPlots: " + ", ".join(report["plots"]) + "\n"
+        Path(f"{stem}.md").write_text(text)
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

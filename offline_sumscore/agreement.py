@@ -1,0 +1,173 @@
+"""Agreement statistics: how closely one set of scores tracks another (a judge against humans, or two judges).
+
+Pure functions on numbers; no model. Correlations handle ties (average ranks; Kendall's tau-b). Each returns
+None where it is undefined (fewer than two items, or a constant side), never NaN.
+
+- dataset level: one correlation over all items;
+- summary level (as G-Eval reports): the correlation within each document across its summaries, averaged over
+  the documents where it is defined;
+- bootstrap 95% intervals resample whole documents (items of one document are not independent);
+- binary labels: balanced accuracy (the mean of the per-class recalls) and Cohen's kappa.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+Stat = Callable[[Sequence[float], Sequence[float]], "float | None"]
+
+
+def _pairs(x: Sequence[float | None], y: Sequence[float | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the items where either side is missing."""
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length: {len(x)} and {len(y)}")
+    keep = [(a, b) for a, b in zip(x, y) if a is not None and b is not None
+            and not (isinstance(a, float) and math.isnan(a)) and not (isinstance(b, float) and math.isnan(b))]
+    if not keep:
+        return np.zeros(0), np.zeros(0)
+    arr = np.asarray(keep, dtype=float)
+    return arr[:, 0], arr[:, 1]
+
+
+def rank(values: Sequence[float]) -> np.ndarray:
+    """Ranks from 1, ties given their average rank."""
+    v = np.asarray(values, dtype=float)
+    order = np.argsort(v, kind="mergesort")
+    ranks = np.empty(len(v))
+    sorted_v = v[order]
+    i = 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def pearson(x, y) -> float | None:
+    a, b = _pairs(x, y)
+    if len(a) < 2:
+        return None
+    a, b = a - a.mean(), b - b.mean()
+    denom = math.sqrt(float((a * a).sum()) * float((b * b).sum()))
+    return float((a * b).sum() / denom) if denom > 0 else None
+
+
+def spearman(x, y) -> float | None:
+    a, b = _pairs(x, y)
+    return pearson(rank(a), rank(b)) if len(a) >= 2 else None
+
+
+def kendall_tau_b(x, y) -> float | None:
+    """(concordant - discordant) / sqrt((n0 - ties in x) (n0 - ties in y)), n0 = n(n-1)/2."""
+    a, b = _pairs(x, y)
+    if len(a) < 2:
+        return None
+    sa = np.sign(a[:, None] - a[None, :])
+    sb = np.sign(b[:, None] - b[None, :])
+    upper = np.triu_indices(len(a), k=1)
+    s = float((sa[upper] * sb[upper]).sum())
+    untied_a = float((sa[upper] != 0).sum())
+    untied_b = float((sb[upper] != 0).sum())
+    return s / math.sqrt(untied_a * untied_b) if untied_a and untied_b else None
+
+
+CORRELATIONS: dict[str, Stat] = {"spearman": spearman, "kendall": kendall_tau_b, "pearson": pearson}
+
+
+def per_document(stat: Stat, x, y, docs: Sequence[Hashable]) -> dict[Hashable, float]:
+    """The statistic within each document (its summaries only), where it is defined."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, d in enumerate(docs):
+        groups.setdefault(d, []).append(i)
+    out = {}
+    for d, idx in groups.items():
+        value = stat([x[i] for i in idx], [y[i] for i in idx])
+        if value is not None:
+            out[d] = value
+    return out
+
+
+def summary_level(stat: Stat, x, y, docs) -> float | None:
+    """The mean over documents of the within-document statistic (G-Eval's summary-level correlation)."""
+    values = list(per_document(stat, x, y, docs).values())
+    return float(np.mean(values)) if values else None
+
+
+def bootstrap_interval(fn: Callable[[list[int]], float | None], docs: Sequence[Hashable], *, resamples: int = 1000,
+                       seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile interval of fn(indices) over resamples that draw whole documents with replacement. A resample
+    where fn is undefined is skipped; None if fewer than half are defined."""
+    groups: dict[Hashable, list[int]] = {}
+    for i, d in enumerate(docs):
+        groups.setdefault(d, []).append(i)
+    members = list(groups.values())
+    if len(members) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        picks = rng.integers(0, len(members), len(members))
+        value = fn([i for p in picks for i in members[p]])
+        if value is not None:
+            values.append(value)
+    if len(values) < resamples / 2:
+        return None
+    tail = (1 - level) / 2 * 100
+    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
+
+
+def correlate(x, y, docs, *, resamples: int = 1000, seed: int = 0) -> dict:
+    """Every correlation at both levels, each with its bootstrap interval over documents.
+
+    Returns {"n": items used, "documents": n, "dataset": {name: {"value", "ci"}}, "summary": {...}}."""
+    a = [None if v is None else float(v) for v in x]
+    b = [None if v is None else float(v) for v in y]
+    used = [i for i in range(len(a)) if a[i] is not None and b[i] is not None]
+    a, b, d = [a[i] for i in used], [b[i] for i in used], [docs[i] for i in used]
+    out: dict = {"n": len(used), "documents": len(set(d)), "dataset": {}, "summary": {}}
+    for name, stat in CORRELATIONS.items():
+        out["dataset"][name] = {
+            "value": stat(a, b),
+            "ci": bootstrap_interval(lambda idx: stat([a[i] for i in idx], [b[i] for i in idx]), d,
+                                     resamples=resamples, seed=seed)}
+        within = list(per_document(stat, a, b, d).values())  # resampled: a document drawn twice counts twice
+        out["summary"][name] = {
+            "value": float(np.mean(within)) if within else None,
+            "documents_defined": len(within),
+            "ci": bootstrap_interval(lambda idx: float(np.mean([within[i] for i in idx])), list(range(len(within))),
+                                     resamples=resamples, seed=seed)}
+    return out
+
+
+def balanced_accuracy(truth: Sequence[bool], predicted: Sequence[bool]) -> float | None:
+    """The mean, over the classes present in truth, of the share of that class predicted right."""
+    pairs = [(bool(t), bool(p)) for t, p in zip(truth, predicted) if t is not None and p is not None]
+    recalls = []
+    for cls in (True, False):
+        members = [p for t, p in pairs if t == cls]
+        if members:
+            recalls.append(sum(p == cls for p in members) / len(members))
+    return float(np.mean(recalls)) if recalls else None
+
+
+def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float | None:
+    """(observed agreement - chance agreement) / (1 - chance agreement); None when chance agreement is 1."""
+    pairs = [(bool(x), bool(y)) for x, y in zip(a, b) if x is not None and y is not None]
+    if not pairs:
+        return None
+    n = len(pairs)
+    observed = sum(x == y for x, y in pairs) / n
+    pa, pb = sum(x for x, _ in pairs) / n, sum(y for _, y in pairs) / n
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    return (observed - chance) / (1 - chance) if chance < 1 else None
+
+
+def binary_agreement(truth, predicted) -> dict:
+    pairs = [(t, p) for t, p in zip(truth, predicted) if t is not None and p is not None]
+    return {"n": len(pairs), "balanced_accuracy": balanced_accuracy(*zip(*pairs)) if pairs else None,
+            "kappa": cohens_kappa(*zip(*pairs)) if pairs else None,
+            "positives_truth": sum(bool(t) for t, _ in pairs), "positives_predicted": sum(bool(p) for _, p in pairs)}

@@ -1,0 +1,128 @@
+"""Bulk-run guarantees on the real embedded judge: kill -9 and resume, the stage cache, determinism across batch
+sizes, a source longer than the context, hostile text. Caps are small so that each test takes a minute or two.
+"""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from offline_sumscore import SummarizationScorer, SummaryScore
+from offline_sumscore.engine.runner import TransformersEngine
+from tests.pipeline.test_bulk_runs import without_timing
+from tests.unit.test_hostile_text import HOSTILE
+
+pytestmark = pytest.mark.model
+
+FACTS = [("Lindford", "a library", "March", "4 million pounds"), ("Ostby", "a bridge", "June", "12 million euros"),
+         ("Harlow", "a school", "April", "9 million pounds"), ("Kessel", "a stadium", "May", "30 million euros"),
+         ("Brenton", "a hospital", "July", "80 million pounds"), ("Tamsk", "a tram line", "August", "55 million euros")]
+ROWS = [{"id": f"r{i}", "source": f"The council of {town} voted on Tuesday to build {what}. Work will begin in {month} "
+                                  f"and cost {cost}. Residents welcomed the plan at a public meeting.",
+         "summary": f"{town} will build {what} for {cost}."} for i, (town, what, month, cost) in enumerate(FACTS)]
+CAPS = ["--max-questions", "2", "--max-claims", "2", "--max-text-chars", "60", "--max-reason-chars", "30"]
+
+
+def sumscore(src, out, cache, *extra, wait=True):
+    env = dict(os.environ, OFFLINE_SUMSCORE_CACHE=str(cache), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet", "--chunk-size", "2",
+           *CAPS, *extra]
+    if not wait:
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def rows_of(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_kill_9_then_resume_gives_every_row_once_identical_to_an_uninterrupted_run_and_a_cached_rerun_is_free(
+        tmp_path):
+    src = tmp_path / "in.jsonl"
+    rows = ROWS[:4]  # two chunks of two: killed in the second
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    whole = sumscore(src, tmp_path / "whole.jsonl", tmp_path / "cache-a.sqlite")
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    expected = without_timing(rows_of(tmp_path / "whole.jsonl"))
+
+    # The same run with the cache filled: not one stage request reaches the judge, and the rows are the same.
+    again = sumscore(src, tmp_path / "again.jsonl", tmp_path / "cache-a.sqlite")
+    assert again.returncode == 0 and ", 0 sent to the judge" in again.stdout, again.stdout
+    assert without_timing(rows_of(tmp_path / "again.jsonl")) == expected
+
+    # Killed with SIGKILL at a random moment after its first chunk was written, then resumed.
+    out = tmp_path / "killed.jsonl"
+    proc = sumscore(src, out, tmp_path / "cache-b.sqlite", wait=False)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (out.exists() and out.read_bytes().count(b"\n") >= 2):
+        time.sleep(0.2)
+    time.sleep(random.Random(os.getpid()).uniform(0, 3))
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    written = out.read_bytes().count(b"\n")
+    assert 2 <= written < len(rows)
+    resumed = sumscore(src, out, tmp_path / "cache-b.sqlite", "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "rows kept from OUTPUT" in resumed.stdout
+    got = rows_of(out)
+    assert [r["id"] for r in got] == [r["id"] for r in rows]  # every row once, in input order: none lost
+    assert without_timing(got) == expected
+
+
+def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
+    samples = [dict(r, questions=[f"Will work begin in {FACTS[i][2]}?", "Did residents welcome the plan?"])
+               for i, r in enumerate(ROWS[:4])]
+    runs = {}
+    for batch_size in (1, 3, 64):
+        scorer = SummarizationScorer(engine=TransformersEngine(judge, batch_size=batch_size), max_claims=2,
+                                     include_reason=False)
+        runs[batch_size] = scorer.score_many(samples)
+
+    def verdicts(results):
+        return [v for r in results for v in [c["supported"] for c in r.claims] + [v["answered"] for v in
+                                                                                 r.coverage_verdicts]]
+    base = verdicts(runs[1])
+    flips = {b: sum(x != y for x, y in zip(base, verdicts(runs[b]))) for b in (3, 64)}
+    assert all(len(verdicts(runs[b])) == len(base) for b in runs)
+    with capsys.disabled():
+        print(f"\nverdict flips against batch size 1 over {len(base)} verdicts: "
+              + ", ".join(f"batch {b}: {n} ({100 * n / len(base):.1f}%)" for b, n in flips.items()))
+    # Padding changes float sums slightly; on these inputs that has never moved a greedy verdict. A flip would
+    # show here, with its rate, rather than pass unseen.
+    assert all(n / len(base) <= 0.1 for n in flips.values()), flips
+
+
+def test_a_source_longer_than_the_8192_token_context_is_judged_in_pieces(judge):
+    rng = random.Random(7)
+    towns = ["Lindford", "Ostby", "Harlow", "Kessel", "Brenton", "Tamsk", "Orrin", "Vale", "Corby", "Mossgiel"]
+    sentences = [f"In {1800 + i}, the town of {rng.choice(towns)} opened a {rng.choice(['harbour', 'mill', 'school'])} "
+                 f"that employed {rng.randint(5, 900)} workers." for i in range(365)]
+    source = " ".join(sentences)
+    assert len(judge.tokenizer(source)["input_ids"]) > judge.context_length
+    # One question and short caps: each piece is prefilled about once (a 4,000-token prefill is ~40 s here).
+    scorer = SummarizationScorer(judge, max_claims=2, max_questions=1, max_text_chars=60, max_reason_chars=30)
+    r = scorer.score(source, "Towns opened harbours, mills and schools that employed hundreds of workers.")
+    assert r.source_pieces >= 2
+    assert all(s["tokens_in"] < judge.context_length for s in r.stages.values())
+    assert len(r.questions) == len(r.coverage_verdicts) == 1
+    assert all(isinstance(c["supported"], bool) for c in r.claims)
+
+
+def test_hostile_text_leaves_every_output_valid(judge):
+    rows = [{"id": f"h{i}", "source": ROWS[i % len(ROWS)]["source"] + " " + text,
+             "summary": ROWS[i % len(ROWS)]["summary"] + " " + text} for i, text in enumerate(HOSTILE)]
+    start = judge.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    two_axis = SummarizationScorer(judge, max_claims=2, max_questions=2, max_text_chars=60, max_reason_chars=30)
+    summary_score = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60)
+    for scorer in (two_axis, summary_score):
+        for result in scorer.score_many([dict(r) for r in rows]):
+            for stage in result.stages.values():
+                assert stage["error"] is None
+                json.loads(stage["raw_output"])  # valid JSON whatever the text asked for
+                ids = judge.tokenizer(stage["prompt"], add_special_tokens=False)["input_ids"]
+                assert ids.count(start) == 3  # system, user, assistant: no turn forged by the data
