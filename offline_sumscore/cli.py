@@ -96,9 +96,12 @@ def _common(fn):
 
 
 @main.command()
-@click.argument("input_path", metavar="INPUT", type=click.Path(exists=True, dir_okay=False))
+@click.argument("input_path", metavar="INPUT", type=click.Path(exists=True))
 @click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="JSONL file: one object per input row, in input order.")
+              help="One row per input row, in input order: .jsonl, .parquet or .csv (by extension).")
+@click.option("--output-format", type=click.Choice(["native", "mastra"]), default="native", show_default=True,
+              help="mastra: two-axis rows shaped as Mastra's scorer result (score, reason, preprocessStepResult, "
+                   "analyzeStepResult).")
 @click.option("--metric", type=click.Choice(list(METRICS)), default="two-axis", show_default=True)
 @_common
 @click.option("--max-questions", type=int, default=None,
@@ -128,16 +131,25 @@ def _common(fn):
 @click.option("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, show_default=True,
               help="Rows scored (and batched) together and written at once. Resume with the same value.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def score(input_path, output_path, metric, source_field, summary_field, id_field, resume, cache_path, no_cache,
-          fail_fast, allow_long_summary, chunk_size, quiet, **opts):
-    """Score every row of INPUT (JSONL or CSV with source and summary fields, optional id) into OUTPUT.
+def score(input_path, output_path, output_format, metric, source_field, summary_field, id_field, resume, cache_path,
+          no_cache, fail_fast, allow_long_summary, chunk_size, quiet, **opts):
+    """Score every row of INPUT (JSONL, CSV, Parquet or a datasets save_to_disk directory, with source and summary
+    fields and an optional id) into OUTPUT.
 
     Rows are written as they are scored; after a crash, --resume finishes the run. A row that cannot be scored is
     written with an "error" (stage, cause, message) and the run goes on; the exit code is 1 if any row failed.
     """
     from .stage_cache import StageCache, default_cache_path
 
+    from .formats import output_kind, write_rows
+
     try:
+        kind = output_kind(output_path)
+        if output_format == "mastra" and metric != "two-axis":
+            raise click.UsageError("--output-format mastra is the two-axis metric's shape")
+        # Rows are appended to a JSONL record as they finish (what --resume reads); other formats and shapes are
+        # written from it at the end.
+        record = output_path if kind == ".jsonl" and output_format == "native" else f"{output_path}.rows.jsonl"
         items = list(read_rows(input_path, source_field=source_field, summary_field=summary_field,
                                id_field=id_field, allow_long_summary=allow_long_summary))
         bad = [item for item in items if isinstance(item, BadRow)]
@@ -152,8 +164,12 @@ def score(input_path, output_path, metric, source_field, summary_field, id_field
         started = time.perf_counter()
         with click.progressbar(length=len(items), label=f"scoring ({metric})", file=sys.stderr,
                                hidden=quiet) as bar:
-            report = run_bulk(items, scorer, output_path, resume=resume, chunk_size=chunk_size,
+            report = run_bulk(items, scorer, record, resume=resume, chunk_size=chunk_size,
                               fail_fast=fail_fast, progress=bar.update)
+        if record != output_path:
+            from .peers.mastra import to_mastra
+
+            write_rows([to_mastra(r) if output_format == "mastra" else r for r in report.rows], output_path)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
     click.echo(_table(metric, report.rows, time.perf_counter() - started))
@@ -174,6 +190,28 @@ def score(input_path, output_path, metric, source_field, summary_field, id_field
     if failed:
         click.echo(f"failed rows: {len(failed)} of {len(report.rows)} ({_causes(report.rows)})")
         sys.exit(EXIT_ROWS_FAILED)
+
+
+@main.command()
+@click.argument("results", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default="report.html",
+              show_default=True)
+@click.option("--title", default=None, help="Page title. Default: the results file's name.")
+@click.option("--worst", type=int, default=10, show_default=True, help="How many of the lowest scores to show.")
+def report(results, output_path, title, worst):
+    """Write one self-contained HTML page (no network: inline CSS and SVG) from a `sumscore score` OUTPUT."""
+    from .formats import read_results
+    from .report import render
+
+    try:
+        rows = read_results(results)
+        page = render(rows, title=title or f"offline_sumscore: {Path(results).name}", worst=worst)
+    except SumscoreError as exc:
+        raise InputProblem(str(exc)) from None
+    tmp = Path(output_path).with_name(Path(output_path).name + ".writing")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(output_path)
+    click.echo(f"{output_path}: {len(rows)} rows, {len(page) // 1024} KiB")
 
 
 @main.command()

@@ -87,7 +87,8 @@ def as_sample(item: Any, index: int) -> Sample:
 
 def read_rows(path: str | Path, *, source_field: str = "source", summary_field: str = "summary",
               id_field: str = "id", allow_long_summary: bool = False) -> Iterator[Sample | BadRow]:
-    """Every row of a JSONL (.jsonl/.json) or CSV (.csv) file, in file order, as a Sample or a BadRow.
+    """Every row of a JSONL (.jsonl/.json), CSV (.csv) or Parquet (.parquet) file, or of a Hugging Face datasets
+    save_to_disk directory, in order, as a Sample or a BadRow (line = row number for Parquet and datasets).
 
     A row is bad when: it is not valid JSON or not an object; a CSV row has more or fewer fields than the header;
     source or summary is missing, not a string, empty or whitespace-only, not valid UTF-8, or holds a control
@@ -98,7 +99,14 @@ def read_rows(path: str | Path, *, source_field: str = "source", summary_field: 
     if not path.exists():
         raise InputError("does not exist", path=str(path), cause="missing_file")
     where = str(path)
-    rows = _csv_rows(path, [source_field, summary_field]) if path.suffix.lower() == ".csv" else _jsonl_rows(path)
+    if path.suffix.lower() == ".csv":
+        rows = _csv_rows(path, [source_field, summary_field])
+    elif path.suffix.lower() == ".parquet" or path.is_dir():
+        from .formats import table_rows  # Parquet and save_to_disk directories: rows numbered from 1
+
+        rows = table_rows(path)
+    else:
+        rows = _jsonl_rows(path)
     first_seen: dict[str, int | None] = {}
     for line, row in rows:
         if isinstance(row, InputError):

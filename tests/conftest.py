@@ -1,6 +1,7 @@
 """Shared fixtures. Every test runs offline: no hub, whatever the environment says."""
 from __future__ import annotations
 
+import json
 import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -34,3 +35,18 @@ def judge():
     from offline_sumscore.judge import load_judge
 
     return load_judge()
+
+
+@pytest.fixture
+def use_scripted(monkeypatch, scripted):
+    """The CLI's scorers answer from the scripted judge instead of loading a model."""
+    from offline_sumscore import SummarizationScorer, SummaryScore
+
+    for cls in (SummarizationScorer, SummaryScore):
+        monkeypatch.setattr(cls, "engine", property(lambda self: scripted))
+    return scripted
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

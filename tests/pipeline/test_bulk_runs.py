@@ -16,7 +16,7 @@ from offline_sumscore.samples import BadRow, read_rows
 from offline_sumscore.stage_cache import StageCache
 from offline_sumscore.stages import StageRequest, StageResult
 from offline_sumscore import schemas
-from tests.pipeline.test_cli import use_scripted, write_jsonl  # noqa: F401 - the fixture is used by name
+from tests.conftest import write_jsonl
 from tests.pipeline.test_two_axis_scripted import CLAIMS, COVERAGE, QUESTIONS
 
 GOOD = {"id": "ok", "source": "A source that is long enough to hold its summary.", "summary": "A summary."}

@@ -4,25 +4,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from offline_sumscore import SummarizationScorer, SummaryScore
 from offline_sumscore.cli import main
+from tests.conftest import write_jsonl
 from tests.pipeline.test_two_axis_scripted import CLAIMS, COVERAGE, QUESTIONS
 
 ROWS = [{"id": "a", "source": "Source A is long enough.", "summary": "Sum A"},
         {"id": "b", "source": "Source B is long enough.", "summary": "Sum B"},
         {"id": "c", "source": "Source C is long enough.", "summary": "Sum C"}]
-
-
-@pytest.fixture
-def use_scripted(monkeypatch, scripted):
-    for cls in (SummarizationScorer, SummaryScore):
-        monkeypatch.setattr(cls, "engine", property(lambda self: scripted))
-    return scripted
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, use_scripted):

@@ -1,0 +1,2 @@
+"""Shapes and classes that match the tools people move from: Mastra's scorer result, DeepEval's metric, Ragas's
+MetricResult (`.value` on SummaryScoreResult), and a pytest assertion. Each adapts our results; none re-scores."""
