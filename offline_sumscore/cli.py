@@ -80,7 +80,8 @@ def main():
 def _common(fn):
     options = [
         click.option("--model", type=click.Path(), default=None,
-                     help="Model directory or .gguf file. Default: the embedded SmolLM2-135M-Instruct."),
+                     help="Model directory, .gguf file or preset name (`sumscore models`). Default: the embedded "
+                          "SmolLM2-135M-Instruct."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
         click.option("--dtype", default="auto", show_default=True,
                      help="auto (bf16 on a capable GPU, fp32 on CPU), float32, bfloat16 or float16."),
@@ -130,9 +131,16 @@ def _common(fn):
 @click.option("--allow-long-summary", is_flag=True, help="Score rows whose summary is longer than their source.")
 @click.option("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, show_default=True,
               help="Rows scored (and batched) together and written at once. Resume with the same value.")
+@click.option("--judge-url", default=None,
+              help="Use a judge served elsewhere on this machine: an OpenAI-compatible base URL, e.g. "
+                   "http://127.0.0.1:8000/v1 (vLLM, llama.cpp server, Ollama, transformers serve).")
+@click.option("--judge-model", default=None, help="With --judge-url: the model name the server knows.")
+@click.option("--judge-concurrency", type=int, default=4, show_default=True, help="With --judge-url: requests at once.")
+@click.option("--judge-timeout", type=float, default=120, show_default=True, help="With --judge-url: seconds a request.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def score(input_path, output_path, output_format, metric, source_field, summary_field, id_field, resume, cache_path,
-          no_cache, fail_fast, allow_long_summary, chunk_size, quiet, **opts):
+          no_cache, fail_fast, allow_long_summary, chunk_size, judge_url, judge_model, judge_concurrency,
+          judge_timeout, quiet, **opts):
     """Score every row of INPUT (JSONL, CSV, Parquet or a datasets save_to_disk directory, with source and summary
     fields and an optional id) into OUTPUT.
 
@@ -158,7 +166,14 @@ def score(input_path, output_path, output_format, metric, source_field, summary_
         for item in bad:
             click.echo(f"skipping: {item.error}", err=True)
         cache = None if no_cache else StageCache(cache_path or default_cache_path())
-        scorer = METRICS[metric](opts.pop("model"), cache=cache, **_scorer_options(metric, opts))
+        engine = None
+        if judge_url:
+            from .engine.openai_compatible import ServedEngine
+
+            if not judge_model:
+                raise click.UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
+            engine = ServedEngine(judge_url, judge_model, concurrency=judge_concurrency, timeout=judge_timeout)
+        scorer = METRICS[metric](opts.pop("model"), cache=cache, engine=engine, **_scorer_options(metric, opts))
         if len(bad) < len(items):
             scorer.engine  # load the judge now: a bad --model fails before OUTPUT is touched
         started = time.perf_counter()
@@ -190,6 +205,22 @@ def score(input_path, output_path, output_format, metric, source_field, summary_
     if failed:
         click.echo(f"failed rows: {len(failed)} of {len(report.rows)} ({_causes(report.rows)})")
         sys.exit(EXIT_ROWS_FAILED)
+
+
+@main.command()
+def models():
+    """List the judge presets and which are present on this machine. Nothing is downloaded."""
+    from .judge import models_root, presets
+
+    root = models_root()
+    click.echo(f"models root: {root} (set OFFLINE_SUMSCORE_MODELS to move it)")
+    for name, p in presets().items():
+        path = root / p["path"]
+        present = "present" if (path / "config.json").exists() else "absent "
+        batch = ", ".join(f"{gib} GiB: {rows}" for gib, rows in p.get("batch_size_by_gpu_gib", {}).items())
+        click.echo(f"{present}  {name:26} {path}\n           context {p['context_length']}, {p['dtype']}; "
+                   f"--batch-size by GPU memory: {batch}\n           template: {p['chat_template']}\n"
+                   f"           get it: {p['source']}")
 
 
 @main.command()

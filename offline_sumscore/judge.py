@@ -40,7 +40,7 @@ def models_root() -> Path:
     if env:
         return Path(env)
     checkout = Path(__file__).resolve().parent.parent / "models"
-    if (checkout / "presets.toml").exists():
+    if (checkout / "README.md").exists():
         return checkout / "converted"
     return Path.home() / ".cache" / "offline_sumscore" / "models"
 
@@ -105,14 +105,29 @@ def _load_gguf(gguf: Path):
     return model, tokenizer
 
 
+def presets() -> dict[str, dict]:
+    """The judge presets (offline_sumscore/presets.toml): name -> fields."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    return tomllib.loads((Path(__file__).resolve().parent / "presets.toml").read_text())
+
+
 def resolve_model_path(model: str | os.PathLike | None) -> Path:
     """The directory or .gguf file to load, checked; None means the embedded judge (converted once)."""
     if model is None:
         return convert_gguf(embedded_gguf_path(), models_root() / EMBEDDED_NAME)
     path = Path(model).expanduser()
+    if not path.exists() and str(model) in presets():
+        path = models_root() / presets()[str(model)]["path"]
+        if not path.exists():
+            raise ModelLoadError(f"preset {model} expects its files at {path}; copy the model there (nothing is "
+                                 f"downloaded), or pass --model PATH")
     if not path.exists():
         raise ModelLoadError(f"{path} does not exist; pass a Hugging Face model directory or a .gguf file "
-                             f"(no downloads: the judge must be on disk)")
+                             f"(no downloads: the judge must be on disk), or a preset name (`sumscore models`)")
     if path.is_file():
         if path.suffix != ".gguf":
             raise ModelLoadError(f"{path} is a file but not a .gguf; pass a model directory or a .gguf file")
@@ -193,6 +208,15 @@ def defuse_special_tokens(text: str, specials: tuple[str, ...]) -> str:
     return text
 
 
+def fold_system_message(messages: list[dict]) -> list[dict]:
+    if not messages or messages[0]["role"] != "system":
+        return messages
+    system, rest = messages[0], [dict(m) for m in messages[1:]]
+    first_user = next(i for i, m in enumerate(rest) if m["role"] == "user")
+    rest[first_user]["content"] = f"{system['content']}\n\n{rest[first_user]['content']}"
+    return rest
+
+
 @dataclass
 class Judge:
     """A loaded local judge: the model, its tokenizer and the record of how it was loaded."""
@@ -214,7 +238,17 @@ class Judge:
         if self.special_texts is None:
             self.special_texts = special_token_texts(self.tokenizer)
         safe = [dict(m, content=defuse_special_tokens(m["content"], self.special_texts)) for m in messages]
-        return self.tokenizer.apply_chat_template(safe, tokenize=False, add_generation_prompt=True)
+        if self.decisions.get("system_role", "").startswith("folded"):
+            safe = fold_system_message(safe)
+        try:
+            return self.tokenizer.apply_chat_template(safe, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # noqa: BLE001 - jinja2 raises TemplateError from the template's own raise_exception
+            if "system" not in str(exc).lower() or safe[0]["role"] != "system":
+                raise
+            # Some templates (Gemma's) refuse a system role: fold it into the first user turn, once and on record.
+            self.decisions["system_role"] = f"folded into the first user turn: the chat template said: {exc}"
+            return self.tokenizer.apply_chat_template(fold_system_message(safe), tokenize=False,
+                                                      add_generation_prompt=True)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "identity": self.identity, "device": self.device,

@@ -1,0 +1,155 @@
+"""ServedEngine: answers stage requests with a judge that is already served on this machine through an
+OpenAI-compatible chat-completions API (vLLM, llama.cpp's server, Ollama, `transformers serve`).
+
+Each request is sent with `response_format: {"type": "json_schema", ...}` and its output validated against the
+stage's schema. Servers differ: some enforce the schema, some reject the field, some silently ignore it. The first
+response that fails validation (or a 400 that names response_format) switches this engine, loudly, to the
+fallback: the schema is written into the prompt and every output is validated, so a bad output is a failed stage
+with its raw text, never a score. `describe()` says which mode produced the verdicts, and every row stores it.
+
+Requests run concurrently (a thread pool of `concurrency`), each with a timeout; connection errors and 5xx replies
+are retried with exponential backoff. Soft scores (P(yes)) are not read from a served judge.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+from ..errors import UsageError
+from ..schemas import max_json_chars
+from ..stages import StageRequest, StageResult
+
+SCHEMA_MODE = "server json_schema (response_format)"
+PROMPT_MODE = "schema in the prompt, output validated here"
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+
+
+class ServerError(Exception):
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class ServedEngine:
+    def __init__(self, base_url: str, model: str, *, concurrency: int = 4, timeout: float = 120.0,
+                 retries: int = 3, api_key: str | None = None, context_length: int | None = None):
+        if not base_url.startswith(("http://", "https://")):
+            raise UsageError(f"--judge-url must start with http:// or https://; given {base_url}")
+        if concurrency < 1:
+            raise UsageError(f"concurrency must be >= 1. Given: {concurrency}")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model, self.concurrency, self.timeout, self.retries = model, concurrency, timeout, retries
+        self.api_key, self.context_length = api_key, context_length
+        self.mode = SCHEMA_MODE
+        self.mode_reason = "the server is asked for JSON-schema output; every reply is validated"
+        self._lock = threading.Lock()
+        self.requests_sent = 0
+
+    def describe(self) -> dict:
+        return {"engine": "openai-compatible server", "url": self.url, "concurrency": self.concurrency,
+                "timeout_s": self.timeout, "structured_output": self.mode, "structured_output_why": self.mode_reason,
+                "judge": {"name": self.model, "identity": f"served:{self.url}:{self.model}", "dtype": None,
+                          "device": "server"}}
+
+    def spare_tokens(self, request: StageRequest) -> int | None:
+        if self.context_length is None:
+            return None  # unknown: the server says so if a prompt is too long
+        words = sum(len(m["content"]) for m in request.messages) // 3  # no tokenizer here: ~3 characters a token
+        return self.context_length - words - self._cap(request)
+
+    @staticmethod
+    def _cap(request: StageRequest) -> int:
+        return request.max_new_tokens or (max_json_chars(json.loads(request.schema_json), escapes=False) // 2 + 16)
+
+    def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        if not requests:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as pool:
+            return list(pool.map(self._one, requests))
+
+    # -- one request ------------------------------------------------------------------------------------------
+    def _one(self, request: StageRequest) -> StageResult:
+        started = time.perf_counter()
+        mode = self.mode
+        result = self._ask(request, mode, started)
+        if mode == SCHEMA_MODE and result.error_kind in ("schema", "rejected"):
+            self._fall_back(result)
+            result = self._ask(request, PROMPT_MODE, started)
+        return result
+
+    def _fall_back(self, result: StageResult) -> None:
+        with self._lock:
+            if self.mode == SCHEMA_MODE:
+                self.mode = PROMPT_MODE
+                self.mode_reason = (f"the server did not enforce response_format json_schema ({result.error}); "
+                                    f"fell back to the schema in the prompt, with every output validated")
+                import sys
+
+                print(f"offline_sumscore: {self.url}: {self.mode_reason}", file=sys.stderr)
+
+    def _ask(self, request: StageRequest, mode: str, started: float) -> StageResult:
+        schema = json.loads(request.schema_json)
+        messages = [dict(m) for m in request.messages]
+        body = {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": self._cap(request)}
+        if mode == SCHEMA_MODE:
+            body["response_format"] = {"type": "json_schema",
+                                       "json_schema": {"name": request.stage, "schema": schema, "strict": True}}
+        else:
+            messages[-1]["content"] += ("\n\nReply with one JSON object only, no other text, valid against this "
+                                        f"JSON schema:\n{json.dumps(schema)}")
+        prompt = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
+        result = StageResult(request=request, value=None, raw_output="", prompt=prompt, cap=body["max_tokens"])
+        try:
+            reply = self._post(body)
+        except ServerError as exc:
+            rejected = exc.status == 400 and "response_format" in str(exc) and mode == SCHEMA_MODE
+            result.error_kind, result.error = ("rejected" if rejected else "model"), str(exc)
+            result.seconds = time.perf_counter() - started
+            return result
+        choice = (reply.get("choices") or [{}])[0]
+        text = ((choice.get("message") or {}).get("content") or "").strip()
+        usage = reply.get("usage") or {}
+        result.raw_output, result.seconds = text, time.perf_counter() - started
+        result.tokens_in, result.tokens_out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        result.decoded_tokens = result.tokens_out
+        try:
+            result.value = request.schema.model_validate_json(_FENCE.sub("", text))
+        except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError and JSON errors alike
+            if choice.get("finish_reason") == "length" and mode == PROMPT_MODE:
+                result.error_kind = "cap"
+                result.error = f"hit the {body['max_tokens']}-token cap before the JSON closed; raw output kept"
+            else:
+                result.error_kind = "schema"
+                result.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+        return result
+
+    def _post(self, body: dict) -> dict:
+        data = json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        delay = 1.0
+        for attempt in range(self.retries + 1):
+            try:
+                req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    with self._lock:
+                        self.requests_sent += 1
+                    return json.loads(resp.read().decode("utf-8"))
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode("utf-8", "replace")[:300]
+                if exc.code < 500 or attempt == self.retries:
+                    raise ServerError(f"{self.url} answered HTTP {exc.code}: {detail}", exc.code) from None
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                if attempt == self.retries:
+                    raise ServerError(f"{self.url} could not be reached after {self.retries + 1} tries: "
+                                      f"{getattr(exc, 'reason', exc)}") from None
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")

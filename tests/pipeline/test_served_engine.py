@@ -1,0 +1,105 @@
+"""ServedEngine against a small OpenAI-compatible server on loopback (the standard library's http.server, answering
+fixed JSON): retries, the 400 that rejects response_format, and the fall-back it triggers. The same engine against a
+real model server is tested in tests/model/test_served_judge.py."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from offline_sumscore import SummarizationScorer
+from offline_sumscore.engine.openai_compatible import PROMPT_MODE, SCHEMA_MODE, ServedEngine
+
+
+class Server:
+    def __init__(self, script):
+        self.script, self.bodies = list(script), []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.bodies.append(body)
+                status, content = outer.script.pop(0) if outer.script else (200, '{"answered": true}')
+                payload = (json.dumps({"choices": [{"message": {"content": content}, "finish_reason": "stop"}],
+                                       "usage": {"prompt_tokens": 11, "completion_tokens": 5}})
+                           if status == 200 else content)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(payload.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def server():
+    servers = []
+
+    def start(script):
+        servers.append(Server(script))
+        return servers[-1]
+    yield start
+    for s in servers:
+        s.close()
+
+
+CLAIMS = '{"claims": [{"claim": "A library will be built.", "supported": true}]}'
+
+
+def test_schema_mode_sends_response_format_and_keeps_the_verdicts(server):
+    srv = server([(200, CLAIMS), (200, '{"answered": false}')])
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    assert r.alignment == 1 and r.coverage == 0 and engine.mode == SCHEMA_MODE
+    assert srv.bodies[0]["response_format"]["type"] == "json_schema" and srv.bodies[0]["temperature"] == 0
+    assert r.stages["claims"]["tokens_in"] == 11 and r.judge["engine"]["structured_output"] == SCHEMA_MODE
+
+
+def test_a_server_that_ignores_the_schema_triggers_the_prompt_fallback_and_says_so(server, capsys):
+    srv = server([(200, "Sure! Here is my answer: yes"), (200, CLAIMS), (200, '```json\n{"answered": true}\n```')])
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    assert r.score == 1.0 and engine.mode == PROMPT_MODE
+    assert "response_format" not in srv.bodies[1] and "JSON schema" in srv.bodies[1]["messages"][-1]["content"]
+    assert "did not enforce response_format" in r.judge["engine"]["structured_output_why"]
+    assert "did not enforce response_format" in capsys.readouterr().err
+
+
+def test_a_400_naming_response_format_also_falls_back(server):
+    srv = server([(400, '{"error": "response_format is not supported"}'), (200, '{"answered": true}')])
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    res = engine.run(coverage_request())[0]
+    assert res.ok and engine.mode == PROMPT_MODE and "HTTP 400" in engine.mode_reason
+
+
+def coverage_request():
+    from offline_sumscore import prompts, schemas
+    from offline_sumscore.stages import StageRequest
+
+    return [StageRequest("x", "coverage", tuple(prompts.coverage_prompt("A sum.", "Q?", with_reason=False)),
+                         schemas.coverage_verdict(None), verdict_choice=("t", "f"))]
+
+
+def test_server_errors_are_retried_with_backoff_then_recorded(server, monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    srv = server([(503, "busy"), (503, "busy"), (200, '{"answered": true}')])
+    engine = ServedEngine(srv.url, "judge", retries=3)
+    assert engine.run(coverage_request())[0].ok and len(srv.bodies) == 3
+    srv2 = server([(500, "down")] * 5)
+    res = ServedEngine(srv2.url, "judge", retries=2).run(coverage_request())[0]
+    assert not res.ok and res.error_kind == "model" and "HTTP 500" in res.error and len(srv2.bodies) == 3
+
+
+def test_an_unreachable_server_is_a_failed_stage_not_a_crash(monkeypatch):
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    res = ServedEngine("http://127.0.0.1:9/v1", "judge", retries=1, timeout=2).run(coverage_request())[0]
+    assert res.error_kind == "model" and "could not be reached after 2 tries" in res.error
