@@ -148,10 +148,12 @@ def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], di
     judge = load_judge(args.model, device=args.device)
     cache = None if args.no_cache else StageCache(args.cache or default_cache_path())
     cls = SummarizationScorer if metric == "two-axis" else SummaryScore
+    options = {k: v for k, v in (("max_questions", args.max_questions), ("max_claims", args.max_claims))
+               if v is not None and (k != "max_claims" or metric == "two-axis")}
+    if metric == "two-axis" and args.no_reason:
+        options["include_reason"] = False
     if kind == "keyfacts" and metric == "two-axis":
-        options = dict(max_questions=max(len(i["keyfacts"]) for i in items))  # every key fact is asked
-    else:
-        options = {}
+        options["max_questions"] = max(len(i["keyfacts"]) for i in items)  # every key fact is asked
     scorer = cls(judge, cache=cache, batch_size=args.batch_size, **options)
     rows = list(scoring_rows(items, kind))
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -167,6 +169,14 @@ def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], di
             "stage_requests_computed": getattr(runner, "computed", None), "stage_requests_cached": getattr(runner, "hits", None),
             "failed_rows": sum(1 for r in report.rows if r.get("error")), "judge": judge.describe(),
             "settings": scorer.settings}
+    # The cost of scoring is the run that scored the rows: kept beside them, so a rerun that only recomputes the
+    # statistics still reports it.
+    recorded = run_dir / "cost.json"
+    if cost["rows_scored_now"] == len(rows) and not report.resumed:
+        recorded.write_text(json.dumps({k: cost[k] for k in ("seconds", "rows", "rows_per_s", "tokens_in",
+                                                              "tokens_out", "stage_requests_computed")}) + "\n")
+    if recorded.exists():
+        cost["scoring_run"] = json.loads(recorded.read_text())
     return {r["id"]: r for r in report.rows}, cost
 
 
@@ -190,17 +200,23 @@ def scores_report(items, rows, metric, args) -> dict:
                 judges.setdefault(f"{judge}:{name}", None)
     hosted = {j: [numeric_fields(i["judges"].get(j.split(":")[0], {}) or {}).get(j.split(":")[1]) for i in items]
               for j in judges}
-    corr = lambda x, y: correlate(x, y, docs, resamples=args.resamples, seed=args.seed)  # noqa: E731
+    def corr(x, y, shown):
+        # Intervals for the pairs the table shows; the rest of the matrix (in the JSON) gets point values only.
+        return correlate(x, y, docs, resamples=args.resamples if shown else 0, seed=args.seed)
+
     out: dict[str, Any] = {"ours_vs_human": {}, "ours_vs_hosted": {}, "hosted_vs_human": {}}
     for m, xs in ours.items():
         for h, ys in humans.items():
-            out["ours_vs_human"][f"{m}~{h}"] = corr(xs, ys)
+            out["ours_vs_human"][f"{m}~{h}"] = corr(xs, ys, PRIMARY.get(m) == h)
         for j, ys in hosted.items():
-            out["ours_vs_hosted"][f"{m}~{j}"] = corr(xs, ys)
+            out["ours_vs_hosted"][f"{m}~{j}"] = corr(xs, ys, j.startswith("gpt-4") and
+                                                     j.endswith(f":{PRIMARY.get(m)}_rts"))
     for j, xs in hosted.items():
         dim = j.split(":")[1].split("_")[0]
         if dim in humans:
-            out["hosted_vs_human"][f"{j}~{dim}"] = corr(xs, humans[dim])
+            out["hosted_vs_human"][f"{j}~{dim}"] = corr(xs, humans[dim], j.endswith("_rts"))
+    out["constant"] = {m: sorted({v for v in xs if v is not None})[0] for m, xs in ours.items()
+                       if len({v for v in xs if v is not None}) == 1}
     out["_series"] = {"ours": ours, "humans": humans, "hosted": hosted}
     return out
 
@@ -285,21 +301,34 @@ def fmt(v, digits=3):
 def fmt_corr(c: dict, level: str, name: str) -> str:
     s = c[level][name]
     ci = f" [{fmt(s['ci'][0], 2)}, {fmt(s['ci'][1], 2)}]" if s.get("ci") else ""
-    return f"{fmt(s['value'])}{ci}"
+    docs = f" ({s['documents_defined']} docs)" if level == "summary" else ""
+    return f"{fmt(s['value'])}{ci}{docs}"
+
+
+def _cost_line(cost: dict) -> str:
+    run = cost.get("scoring_run")
+    if run:
+        return (f"{run['seconds']} s to score {run['rows']} rows from scratch ({run['rows_per_s']} rows/s, "
+                f"{run['stage_requests_computed']} stage requests computed), on {cost['judge']['device']}.")
+    return (f"{cost['seconds']} s in this run, {cost['rows_scored_now']} rows scored now (the rest resumed or "
+            f"cached), on {cost['judge']['device']}.")
 
 
 def markdown(report: dict) -> str:
     head = report["header"]
     lines = [f"# Agreement: {head['data']}, metric {head['metric']}, judge {head['judge']}", "",
              f"{head['items']} items from {head['documents']} documents ({head['selection']}); scored rows "
-             f"{head['cost']['rows']}, failed {head['cost']['failed_rows']}; {head['cost']['seconds']} s "
-             f"({head['cost']['rows_scored_now']} rows scored in this run), {head['cost']['tokens_in']} tokens in, "
-             f"{head['cost']['tokens_out']} tokens out.", ""]
+             f"{head['cost']['rows']}, failed {head['cost']['failed_rows']}; {head['cost']['tokens_in']} tokens in, "
+             f"{head['cost']['tokens_out']} tokens out. Cost: " + _cost_line(head["cost"]), ""]
     kind = head["kind"]
     if kind == "scores":
         r = report["stats"]
+        constant = "; ".join(f"{m} is {v} on every item, so its correlations are undefined (-)"
+                             for m, v in r.get("constant", {}).items())
         lines += ["Spearman / Kendall tau-b / Pearson with 95% bootstrap intervals over documents. Dataset level: "
-                  "over all items; summary level: within each document, averaged.", "",
+                  "over all items; summary level: within each document, averaged over the documents where it is "
+                  "defined (a document whose scores are all tied has none)." + (f" Note: {constant}." if constant
+                                                                                 else ""), "",
                   "| ours | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) | Spearman (summary) "
                   "| Kendall (summary) |", "|---|---|---|---|---|---|---|"]
         for key, c in r["ours_vs_human"].items():
@@ -417,11 +446,15 @@ def main(argv=None) -> int:
     ap.add_argument("--documents", type=int, default=None, help="a stratified subset of this many whole documents")
     ap.add_argument("--limit", type=int, default=None, help="at most this many items (whole documents)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--judged-only", action="store_true", help="only items that carry a hosted judge's output")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--cache", default=None, help="stage cache path (default as for sumscore score)")
     ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--max-questions", type=int, default=None, help="scorer option (default: the scorer's)")
+    ap.add_argument("--max-claims", type=int, default=None, help="two-axis scorer option")
+    ap.add_argument("--no-reason", action="store_true", help="two-axis: no reasons (far fewer tokens to decode)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     try:
@@ -430,6 +463,8 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     kind = kind_of(items)
+    if args.judged_only:
+        items = [i for i in items if any(i["judges"].values())]
     chosen = pick_documents(items, kind, args.documents, args.limit, args.seed)
     metrics = ["two-axis", "summary-score"] if args.metric == "both" else [args.metric]
     if kind != "scores" and "summary-score" in metrics:
@@ -439,6 +474,8 @@ def main(argv=None) -> int:
     for metric in metrics:
         judge_name = Path(args.model).name if args.model else "embedded"
         name = f"{args.data.stem}_{metric}_{judge_name}_" + (f"{args.documents}docs" if args.documents else "all")
+        if args.max_questions or args.max_claims or args.no_reason:
+            name += f"_q{args.max_questions or 'd'}c{args.max_claims or 'd'}{'_noreason' if args.no_reason else ''}"
         rows, cost = score(chosen, kind, metric, args, args.out / "runs" / name)
         if kind == "scores":
             stats = scores_report(chosen, rows, metric, args)
@@ -451,7 +488,8 @@ def main(argv=None) -> int:
                              "items": len(chosen), "documents": len({i["doc_id"] for i in chosen}),
                              "selection": (f"{args.documents} documents stratified by mean human score, seed "
                                            f"{args.seed}" if args.documents else "all documents")
-                             + (f", limit {args.limit}" if args.limit else ""),
+                             + (f", limit {args.limit}" if args.limit else "")
+                             + (", items with a hosted judge's output only" if args.judged_only else ""),
                              "cost": cost}, "stats": stats}
         stem = args.out / f"agreement_{name}"
         stem.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,9 @@ def _pairs(x: Sequence[float | None], y: Sequence[float | None]) -> tuple[np.nda
     """Drop the items where either side is missing."""
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length: {len(x)} and {len(y)}")
+    if isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype.kind == "f" and y.dtype.kind == "f":
+        keep_mask = ~(np.isnan(x) | np.isnan(y))
+        return x[keep_mask], y[keep_mask]
     keep = [(a, b) for a, b in zip(x, y) if a is not None and b is not None
             and not (isinstance(a, float) and math.isnan(a)) and not (isinstance(b, float) and math.isnan(b))]
     if not keep:
@@ -101,17 +104,19 @@ def bootstrap_interval(fn: Callable[[list[int]], float | None], docs: Sequence[H
                        seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
     """Percentile interval of fn(indices) over resamples that draw whole documents with replacement. A resample
     where fn is undefined is skipped; None if fewer than half are defined."""
+    if resamples <= 0:
+        return None
     groups: dict[Hashable, list[int]] = {}
     for i, d in enumerate(docs):
         groups.setdefault(d, []).append(i)
-    members = list(groups.values())
+    members = [np.asarray(m) for m in groups.values()]
     if len(members) < 2:
         return None
     rng = np.random.default_rng(seed)
     values = []
     for _ in range(resamples):
         picks = rng.integers(0, len(members), len(members))
-        value = fn([i for p in picks for i in members[p]])
+        value = fn(np.concatenate([members[p] for p in picks]))
         if value is not None:
             values.append(value)
     if len(values) < resamples / 2:
@@ -124,21 +129,20 @@ def correlate(x, y, docs, *, resamples: int = 1000, seed: int = 0) -> dict:
     """Every correlation at both levels, each with its bootstrap interval over documents.
 
     Returns {"n": items used, "documents": n, "dataset": {name: {"value", "ci"}}, "summary": {...}}."""
-    a = [None if v is None else float(v) for v in x]
-    b = [None if v is None else float(v) for v in y]
-    used = [i for i in range(len(a)) if a[i] is not None and b[i] is not None]
-    a, b, d = [a[i] for i in used], [b[i] for i in used], [docs[i] for i in used]
+    used = [i for i in range(len(x)) if x[i] is not None and y[i] is not None]
+    a = np.asarray([float(x[i]) for i in used])
+    b = np.asarray([float(y[i]) for i in used])
+    d = [docs[i] for i in used]
     out: dict = {"n": len(used), "documents": len(set(d)), "dataset": {}, "summary": {}}
     for name, stat in CORRELATIONS.items():
         out["dataset"][name] = {
             "value": stat(a, b),
-            "ci": bootstrap_interval(lambda idx: stat([a[i] for i in idx], [b[i] for i in idx]), d,
-                                     resamples=resamples, seed=seed)}
+            "ci": bootstrap_interval(lambda idx: stat(a[idx], b[idx]), d, resamples=resamples, seed=seed)}
         within = list(per_document(stat, a, b, d).values())  # resampled: a document drawn twice counts twice
         out["summary"][name] = {
             "value": float(np.mean(within)) if within else None,
             "documents_defined": len(within),
-            "ci": bootstrap_interval(lambda idx: float(np.mean([within[i] for i in idx])), list(range(len(within))),
+            "ci": bootstrap_interval(lambda idx: float(np.mean(np.asarray(within)[idx])), list(range(len(within))),
                                      resamples=resamples, seed=seed)}
     return out
 

@@ -17,7 +17,7 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from .errors import UsageError
 from .samples import BadRow, Sample
@@ -25,16 +25,12 @@ from .samples import BadRow, Sample
 DEFAULT_CHUNK_SIZE = 32
 
 
-def row_for(item: Sample | BadRow, result=None, metric: str = "") -> dict:
-    """The OUTPUT row of one input row: its result (or its input error) and where it came from."""
-    if isinstance(item, BadRow):
-        err = item.error
-        row = {"id": item.id, "metric": metric, "score": None, "stages": {},
-               "error": {"stage": "input", "cause": f"input:{err.cause}", "field": err.field, "message": str(err)}}
-    else:
-        row = result.to_dict()
-    row.update(line=item.line, row_key=item.key, input_hash=item.input_hash)
-    return row
+def bad_row(item: BadRow, metric: str = "") -> dict:
+    """The OUTPUT row of an input row that cannot be scored: its input error and where it came from."""
+    err = item.error
+    return {"id": item.id, "metric": metric, "score": None, "stages": {},
+            "error": {"stage": "input", "cause": f"input:{err.cause}", "field": err.field, "message": str(err)},
+            "line": item.line, "row_key": item.key, "input_hash": item.input_hash}
 
 
 def dumps(row: dict) -> bytes:
@@ -77,10 +73,42 @@ class BulkReport:
     failed_by_cause: Counter = field(default_factory=Counter)
 
 
+Chunk = list  # the input rows (Sample | BadRow) of one chunk, in input order
+ChunkScorer = Callable[[list[tuple[int, Chunk]]], Iterator[tuple[int, list[dict]]]]
+
+
+def score_chunks_here(scorer) -> ChunkScorer:
+    """Score chunks one after another in this process: each chunk's Samples in one score_many call."""
+    def run(todo):
+        for k, chunk in todo:
+            yield k, chunk_rows(chunk, score_samples(scorer, chunk), scorer.metric)
+    return run
+
+
+def score_samples(scorer, chunk: Chunk) -> list[dict]:
+    samples = [item for item in chunk if isinstance(item, Sample)]
+    return [r.to_dict() for r in scorer.score_many(samples, on_error="return")] if samples else []
+
+
+def chunk_rows(chunk: Chunk, results: list[dict], metric: str) -> list[dict]:
+    """The OUTPUT rows of a chunk: each Sample's result (in order) and each BadRow's input error, in input order."""
+    results_iter = iter(results)
+    return [bad_row(item, metric) if isinstance(item, BadRow) else _with_origin(item, next(results_iter))
+            for item in chunk]
+
+
+def _with_origin(item: Sample, result: dict) -> dict:
+    result.update(line=item.line, row_key=item.key, input_hash=item.input_hash)
+    return result
+
+
 def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike, *, resume: bool = False,
              chunk_size: int = DEFAULT_CHUNK_SIZE, fail_fast: bool = False,
-             progress: Callable[[int], None] | None = None) -> BulkReport:
-    """Score items chunk by chunk into OUTPUT (JSONL); see the module docstring for the guarantees."""
+             progress: Callable[[int], None] | None = None, score_chunks: ChunkScorer | None = None) -> BulkReport:
+    """Score items chunk by chunk into OUTPUT (JSONL); see the module docstring for the guarantees.
+
+    score_chunks: how the chunks that are not done get scored (default: here, one after another); it may yield
+    them in any order, as a pool of workers finishes them (offline_sumscore.ray_runner)."""
     if chunk_size < 1:
         raise UsageError(f"chunk_size must be >= 1. Given: {chunk_size}")
     path = Path(output)
@@ -94,17 +122,13 @@ def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike
             fh.flush()
             os.fsync(fh.fileno())
     report.resumed = sum(item.key in done for item in items)
+    chunks = [list(items[start:start + chunk_size]) for start in range(0, len(items), chunk_size)]
+    todo = [(k, chunk) for k, chunk in enumerate(chunks) if not all(item.key in done for item in chunk)]
+    if progress:
+        progress(sum(len(chunk) for chunk in chunks) - sum(len(chunk) for _, chunk in todo))
     with open(path, "ab" if resume else "wb") as out:
-        for start in range(0, len(items), chunk_size):
-            chunk = items[start:start + chunk_size]
-            if all(item.key in done for item in chunk):
-                if progress:
-                    progress(len(chunk))
-                continue
-            samples = [item for item in chunk if isinstance(item, Sample)]
-            results = iter(scorer.score_many(samples, on_error="return")) if samples else iter(())
-            rows = [row_for(item, None if isinstance(item, BadRow) else next(results), scorer.metric)
-                    for item in chunk]
+        for k, rows in (score_chunks or score_chunks_here(scorer))(todo):
+            chunk = chunks[k]
             out.write(b"".join(dumps(r) for r in rows))
             out.flush()
             os.fsync(out.fileno())

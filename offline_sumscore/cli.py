@@ -66,6 +66,15 @@ def _table(metric: str, rows: list[dict], seconds: float) -> str:
     return "\n".join(lines)
 
 
+def _gpus(given: float | None) -> float:
+    """GPUs per Ray actor: as given, else 1 where this machine has a CUDA device, else 0."""
+    if given is not None:
+        return given
+    import torch
+
+    return 1.0 if torch.cuda.is_available() else 0.0
+
+
 def _causes(rows: list[dict]) -> str:
     counts = Counter(r["error"].get("cause", r["error"].get("stage", "?")) for r in rows if r.get("error"))
     return ", ".join(f"{cause} {n}" for cause, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -137,10 +146,18 @@ def _common(fn):
 @click.option("--judge-model", default=None, help="With --judge-url: the model name the server knows.")
 @click.option("--judge-concurrency", type=int, default=4, show_default=True, help="With --judge-url: requests at once.")
 @click.option("--judge-timeout", type=float, default=120, show_default=True, help="With --judge-url: seconds a request.")
+@click.option("--engine", "engine_kind", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="ray: a pool of Ray actors, one loaded judge each (pip install 'offline-sumscore[ray]').")
+@click.option("--ray-address", default=None, help="With --engine ray: auto, ray://HOST:PORT, ... Default: start a "
+                                                    "local Ray with this machine's GPUs (or CPUs).")
+@click.option("--num-judges", type=int, default=1, show_default=True, help="With --engine ray: actors (judges).")
+@click.option("--gpus-per-judge", type=float, default=None,
+              help="With --engine ray: GPUs per actor (default 1 where Ray sees GPUs, else 0).")
+@click.option("--cpus-per-judge", type=float, default=1, show_default=True, help="With --engine ray: CPUs per actor.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def score(input_path, output_path, output_format, metric, source_field, summary_field, id_field, resume, cache_path,
           no_cache, fail_fast, allow_long_summary, chunk_size, judge_url, judge_model, judge_concurrency,
-          judge_timeout, quiet, **opts):
+          judge_timeout, engine_kind, ray_address, num_judges, gpus_per_judge, cpus_per_judge, quiet, **opts):
     """Score every row of INPUT (JSONL, CSV, Parquet or a datasets save_to_disk directory, with source and summary
     fields and an optional id) into OUTPUT.
 
@@ -173,14 +190,28 @@ def score(input_path, output_path, output_format, metric, source_field, summary_
             if not judge_model:
                 raise click.UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
             engine = ServedEngine(judge_url, judge_model, concurrency=judge_concurrency, timeout=judge_timeout)
-        scorer = METRICS[metric](opts.pop("model"), cache=cache, engine=engine, **_scorer_options(metric, opts))
-        if len(bad) < len(items):
+        model = opts.pop("model")
+        options = _scorer_options(metric, opts)
+        scorer = METRICS[metric](model, cache=cache, engine=engine, **options)
+        score_chunks = None
+        if engine_kind == "ray":
+            from .ray_runner import score_chunks_on_ray
+
+            if judge_url:
+                raise click.UsageError("--engine ray runs local judges; it does not combine with --judge-url")
+            from .judge import resolve_model_path
+
+            config = {"metric": metric, "model": str(resolve_model_path(model)) if model else None,
+                      "options": options, "cache": str(cache.path) if cache else None}
+            score_chunks = score_chunks_on_ray(config, num_judges=num_judges, address=ray_address,
+                                               gpus_per_judge=_gpus(gpus_per_judge), cpus_per_judge=cpus_per_judge)
+        elif len(bad) < len(items):
             scorer.engine  # load the judge now: a bad --model fails before OUTPUT is touched
         started = time.perf_counter()
         with click.progressbar(length=len(items), label=f"scoring ({metric})", file=sys.stderr,
                                hidden=quiet) as bar:
             report = run_bulk(items, scorer, record, resume=resume, chunk_size=chunk_size,
-                              fail_fast=fail_fast, progress=bar.update)
+                              fail_fast=fail_fast, progress=bar.update, score_chunks=score_chunks)
         if record != output_path:
             from .peers.mastra import to_mastra
 
@@ -188,7 +219,7 @@ def score(input_path, output_path, output_format, metric, source_field, summary_
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
     click.echo(_table(metric, report.rows, time.perf_counter() - started))
-    runner = scorer.runner if len(bad) < len(items) else None
+    runner = scorer.runner if len(bad) < len(items) and engine_kind == "local" else None
     notes = []
     if report.resumed:
         notes.append(f"{report.resumed} rows kept from OUTPUT" + (" (a torn last line was cut and redone)"

@@ -1,0 +1,127 @@
+"""Scoring on Ray: a pool of actors, each holding one loaded judge, scoring the same chunks with the same score_many
+that one machine runs. `pip install 'offline-sumscore[ray]'`.
+
+How the single-machine guarantees carry over:
+- Same batches, same verdicts: the driver cuts the input into the same fixed chunks as `sumscore score` and sends
+  each chunk whole to one actor, which scores it in one score_many call, so every chunk batches exactly as it
+  would on one machine.
+- Never a lost or duplicated row: only the driver writes OUTPUT, appending a chunk's rows when its result arrives
+  (offline_sumscore.bulk.run_bulk), and rewrites OUTPUT in input order at the end; --resume skips finished chunks.
+- A killed actor: Ray restarts it (max_restarts) and retries the chunk it held (max_task_retries); the chunk's rows
+  arrive once, from the retry.
+- The stage cache: each actor opens the SQLite file at the configured path. Actors on one machine, or on nodes
+  that share that path over a filesystem with working locks, share it; on nodes without a shared filesystem each
+  node keeps its own cache at that path (nothing is shared between nodes; results are the same, only reuse is lost).
+  SQLite over NFS without working locks is not safe: give such nodes a local --cache path.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from typing import Any
+
+from .bulk import ChunkScorer, chunk_rows, score_samples
+from .errors import UsageError
+from .samples import Sample
+
+
+def require_ray():
+    try:
+        import ray  # noqa: F401
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise UsageError("--engine ray needs Ray: pip install 'offline-sumscore[ray]' (that is, ray[data])") from None
+    import ray
+
+    return ray
+
+
+def build_scorer(config: dict):
+    from .scorers import SummarizationScorer, SummaryScore
+
+    cls = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}[config["metric"]]
+    return cls(config.get("model"), cache=config.get("cache"), **config.get("options", {}))
+
+
+class ChunkActor:
+    """One judge, loaded once in __init__; each call scores whole chunks (their Samples, as JSON)."""
+
+    def __init__(self, config: dict):
+        import torch
+
+        threads = config.get("threads_per_judge")
+        if threads:
+            torch.set_num_threads(threads)  # an actor on a shared CPU must not take every core
+        marker = config.get("pid_dir")
+        if marker:  # tests: where the actors' processes can be found (and killed)
+            open(os.path.join(marker, f"{os.getpid()}.pid"), "w").close()
+        self.scorer = build_scorer(config)
+        self.scorer.engine  # load the judge now, not on the first chunk
+
+    def __call__(self, batch: dict) -> dict:
+        chunks, results = [], []
+        for k, payload in zip(batch["chunk"], batch["samples"]):
+            samples = [Sample(**dict(d, questions=tuple(d["questions"]) if d.get("questions") is not None else None))
+                       for d in json.loads(payload)]
+            chunks.append(int(k))
+            results.append(json.dumps(score_samples(self.scorer, samples), ensure_ascii=False))
+        return {"chunk": chunks, "results": results}
+
+
+def score_chunks_on_ray(config: dict, *, num_judges: int = 1, gpus_per_judge: float = 0, cpus_per_judge: float = 1,
+                        address: str | None = None, max_retries: int = 3) -> ChunkScorer:
+    """A bulk.run_bulk chunk scorer that sends every chunk to a pool of num_judges ChunkActors."""
+    ray = require_ray()
+
+    def run(todo: list[tuple[int, list]]):
+        if not ray.is_initialized():
+            # Without an address: a local Ray with this machine's GPUs (or CPUs).
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     **({} if address else {"num_cpus": max(os.cpu_count() or 1, int(num_judges * cpus_per_judge))}))
+        by_k = dict(todo)
+        payloads = []
+        for k, chunk in todo:
+            samples = [asdict(item) for item in chunk if isinstance(item, Sample)]
+            if samples:
+                payloads.append({"chunk": k, "samples": json.dumps(samples, ensure_ascii=False)})
+            else:  # a chunk of bad rows only: nothing for a judge to do
+                yield k, chunk_rows(chunk, [], config["metric"])
+        if not payloads:
+            return
+        ds = ray.data.from_items(payloads, override_num_blocks=len(payloads))
+        scored = ds.map_batches(
+            ChunkActor, fn_constructor_kwargs={"config": dict(config, threads_per_judge=max(1, int(cpus_per_judge)))},
+            batch_size=1, compute=ray.data.ActorPoolStrategy(size=num_judges), num_gpus=gpus_per_judge or None,
+            num_cpus=cpus_per_judge, max_restarts=max_retries, max_task_retries=max_retries)
+        for row in scored.iter_rows():
+            k = int(row["chunk"])
+            yield k, chunk_rows(by_k[k], json.loads(row["results"]), config["metric"])
+
+    return run
+
+
+def score_dataset(dataset: Any, scorer_config: dict, *, num_judges: int = 1, gpus_per_judge: float = 0,
+                  cpus_per_judge: float = 1, batch_size: int = 32, source: str = "source", summary: str = "summary",
+                  id: str = "id"):
+    """A Ray dataset of result rows (as `sumscore score` writes them, with `stages` etc. as JSON strings) from a Ray
+    dataset of rows with source, summary (and id) columns. Each actor scores `batch_size` rows per score_many call.
+
+    scorer_config: {"metric": "two-axis" | "summary-score", "model": path or None, "options": {...}, "cache": path}.
+    """
+    ray = require_ray()
+
+    class _RowsActor(ChunkActor):
+        def __call__(self, batch: dict) -> dict:
+            n = len(batch[source])
+            ids = [str(batch[id][i]) if id in batch else str(i) for i in range(n)]
+            samples = [Sample(id=ids[i], source=str(batch[source][i]), summary=str(batch[summary][i]))
+                       for i in range(n)]
+            rows = score_samples(self.scorer, samples)
+            columns = sorted({key for r in rows for key in r})
+            return {c: [json.dumps(r.get(c), ensure_ascii=False) if isinstance(r.get(c), (dict, list))
+                        else r.get(c) for r in rows] for c in columns}
+
+    return dataset.map_batches(_RowsActor, fn_constructor_kwargs={"config": scorer_config}, batch_size=batch_size,
+                               compute=ray.data.ActorPoolStrategy(size=num_judges), num_gpus=gpus_per_judge or None,
+                               num_cpus=cpus_per_judge)

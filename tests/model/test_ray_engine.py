@@ -1,0 +1,110 @@
+"""Scoring on a local Ray (2 CPUs) with two actors, each holding the embedded judge: the same rows and verdicts as
+one process, and every row once when an actor is killed mid-run. Skipped, loudly, where ray is not installed."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from offline_sumscore.bulk import run_bulk
+from offline_sumscore.samples import read_rows
+from tests.model.test_bulk_on_embedded_judge import ROWS
+from tests.pipeline.test_bulk_runs import without_timing
+
+pytestmark = pytest.mark.model
+ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'offline-sumscore[ray]'")
+
+CAPS = {"max_questions": 1, "max_claims": 2, "max_text_chars": 40, "include_reason": False}
+FLAGS = ["--max-questions", "1", "--max-claims", "2", "--max-text-chars", "40", "--no-reason", "--no-cache",
+         "--chunk-size", "2", "--quiet"]
+
+
+def split_probabilities(rows):
+    """Rows without their read-off probabilities (P(yes), soft scores), and those probabilities in order. An actor
+    runs torch on fewer threads than one process, so float sums differ in the last digits; verdicts may not."""
+    probs = []
+
+    def strip(x):
+        if isinstance(x, dict):
+            kept = {}
+            for k, v in x.items():
+                if k.startswith(("p_", "soft_")) or k == "p_yes":
+                    probs.extend(v if isinstance(v, list) else [v])
+                else:
+                    kept[k] = strip(v)
+            return kept
+        if isinstance(x, list):
+            return [strip(v) for v in x]
+        return x
+    return strip(without_timing(rows)), probs
+
+
+def same_rows(got, expected):
+    (a, pa), (b, pb) = split_probabilities(got), split_probabilities(expected)
+    assert a == b  # claims, verdicts, questions, scores, reasons: exactly the same
+    assert len(pa) == len(pb) and all((x is None) == (y is None) and (x is None or abs(x - y) < 1e-4)
+                                      for x, y in zip(pa, pb))
+
+
+def cli(src, out, *extra):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", RAY_DISABLE_USAGE_STATS="1")
+    return subprocess.run([sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), *FLAGS, *extra],
+                          capture_output=True, text=True, timeout=900, env=env)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ray")
+    src = tmp / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    run = cli(src, tmp / "local.jsonl")
+    assert run.returncode == 0, run.stderr[-2000:]
+    return src, [json.loads(line) for line in (tmp / "local.jsonl").read_text().splitlines()]
+
+
+def test_two_ray_actors_give_exactly_the_rows_of_one_process(tmp_path, one_process):
+    src, expected = one_process
+    run = cli(src, tmp_path / "ray.jsonl", "--engine", "ray", "--num-judges", "2")
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = [json.loads(line) for line in (tmp_path / "ray.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in got] == [r["id"] for r in ROWS]  # input order, each row once
+    same_rows(got, expected)
+    assert run.stdout.splitlines()[0].startswith(f"metric two-axis: {len(ROWS)} rows, 0 failed")
+
+
+def test_a_killed_actor_is_retried_and_every_row_arrives_once(tmp_path, one_process):
+    from offline_sumscore import SummarizationScorer
+    from offline_sumscore.ray_runner import score_chunks_on_ray
+
+    src, expected = one_process
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    config = {"metric": "two-axis", "model": None, "options": CAPS, "cache": None, "pid_dir": str(pids)}
+    killed = []
+
+    def kill_one_actor():
+        deadline = time.time() + 300
+        while time.time() < deadline and len(list(pids.iterdir())) < 2:
+            time.sleep(0.2)
+        time.sleep(8)  # the actors have loaded the judge and are scoring their first chunks
+        victim = int(sorted(pids.iterdir())[0].stem)
+        os.kill(victim, signal.SIGKILL)
+        killed.append(victim)
+
+    killer = threading.Thread(target=kill_one_actor, daemon=True)
+    killer.start()
+    try:
+        report = run_bulk(list(read_rows(src)), SummarizationScorer(**CAPS), tmp_path / "out.jsonl", chunk_size=2,
+                          score_chunks=score_chunks_on_ray(config, num_judges=2, max_retries=3))
+    finally:
+        ray.shutdown()
+    killer.join(5)
+    assert killed, "no actor was killed: the test proved nothing"
+    got = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in got] == [r["id"] for r in ROWS] and len(report.rows) == len(ROWS)
+    same_rows(got, expected)
+    assert len(list(pids.iterdir())) >= 3  # a replacement actor started
