@@ -98,6 +98,10 @@ def read_rows(path: str | Path, *, source_field: str = "source", summary_field: 
     path = Path(path)
     if not path.exists():
         raise InputError("does not exist", path=str(path), cause="missing_file")
+    if path.is_dir() and not (path / "state.json").exists():
+        yield from _shard_rows(path, source_field=source_field, summary_field=summary_field, id_field=id_field,
+                               allow_long_summary=allow_long_summary)
+        return
     where = str(path)
     if path.suffix.lower() == ".csv":
         rows = _csv_rows(path, [source_field, summary_field])
@@ -148,6 +152,34 @@ def _sample(row: dict, line: int, row_id: str, key: str, digest: str, where: str
                          cause="bad_questions")
     return Sample(id=row_id, line=line, source=source, summary=summary,
                   questions=tuple(questions) if questions else None, key=key, input_hash=digest)
+
+
+SHARD_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+
+
+def _shard_rows(folder: Path, **options) -> Iterator[Sample | BadRow]:
+    """A folder of shards (JSONL, CSV or Parquet files), in name order, as one input. A row without an id is keyed
+    by its shard and line; an id repeated in a later shard is a bad row, as within one file."""
+    from dataclasses import replace
+
+    shards = sorted(p for p in folder.iterdir() if p.suffix.lower() in SHARD_SUFFIXES)
+    if not shards:
+        raise InputError(f"is a directory with no {', '.join(SHARD_SUFFIXES)} shards and no datasets state.json",
+                         path=str(folder), cause="bad_file")
+    first_seen: dict[str, str] = {}
+    for shard in shards:
+        for item in read_rows(shard, **options):
+            key = item.key if item.key.startswith("id:") else f"line:{shard.name}:{item.line}"
+            if item.key.startswith("id:") and isinstance(item, Sample):
+                if item.id in first_seen:
+                    yield BadRow(id=item.id, line=item.line, key=f"line:{shard.name}:{item.line}",
+                                 input_hash=item.input_hash, error=InputError(
+                                     f"repeats the id of a row in {first_seen[item.id]}; ids must be unique",
+                                     field=options.get("id_field", "id"), line=item.line, row_id=item.id,
+                                     path=str(shard), cause="duplicate_id"))
+                    continue
+                first_seen[item.id] = shard.name
+            yield replace(item, key=key)
 
 
 def read_samples(path: str | Path, **options) -> Iterator[Sample]:

@@ -72,10 +72,27 @@ def test_cli_reads_a_datasets_save_to_disk_directory(tmp_path, use_scripted):
     assert [r["id"] for r in read_results(out)] == ["a", "b"]
 
 
-def test_a_directory_that_is_not_a_dataset_is_one_line(tmp_path, use_scripted):
+def test_an_empty_directory_is_one_line(tmp_path, use_scripted):
     (tmp_path / "d").mkdir()
     result = CliRunner().invoke(main, ["score", str(tmp_path / "d"), "-o", str(tmp_path / "o.jsonl")])
-    assert result.exit_code == 2 and "is a directory but not a Hugging Face datasets save_to_disk" in result.output
+    assert result.exit_code == 2 and "is a directory with no .jsonl, .json, .csv, .parquet shards" in result.output
+
+
+def test_a_folder_of_shards_is_one_input_in_name_order(tmp_path, use_scripted):
+    import pyarrow.parquet as pq
+
+    feed(use_scripted, 3)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    write_jsonl(shards / "part-0.jsonl", [ROWS[0]])
+    pq.write_table(pa.Table.from_pylist([ROWS[1], dict(ROWS[0], summary="Dup")]), shards / "part-1.parquet")
+    write_jsonl(shards / "part-2.jsonl", [{"source": "No id here, long enough.", "summary": "x"}])
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["score", str(shards), "-o", str(out), "--quiet"])
+    rows = read_results(out)
+    assert result.exit_code == 1 and [r["id"] for r in rows] == ["a", "b", "a", "1"]
+    assert rows[2]["error"]["cause"] == "input:duplicate_id" and "part-0.jsonl" in rows[2]["error"]["message"]
+    assert rows[3]["row_key"] == "line:part-2.jsonl:1" and rows[3]["score"] == 0.5
 
 
 def test_score_frame_adds_result_columns_in_order_and_marks_a_bad_row(scripted):
