@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+from .engine import EngineLayer
 from .prompts import PROMPT_VERSION
 from .stages import StageRequest, StageResult
 
@@ -99,20 +100,14 @@ def _from_payload(request: StageRequest, p: dict) -> StageResult:
                        choice_probs=p["choice_probs"], first_attempt=p["first_attempt"], cached=True)
 
 
-class CachedEngine:
+class CachedEngine(EngineLayer):
     """Answers what the cache holds, sends the rest (each distinct request once) to the engine below, and stores
     what succeeds. Counts hits and misses; `computed` counts the requests that reached the engine."""
 
     def __init__(self, inner, cache: StageCache):
-        self.inner, self.cache = inner, cache
+        super().__init__(inner)
+        self.cache = cache
         self.hits = self.computed = 0
-
-    def describe(self) -> dict:
-        return self.inner.describe()
-
-    def spare_tokens(self, request: StageRequest) -> int | None:
-        spare = getattr(self.inner, "spare_tokens", None)
-        return spare(request) if spare else None
 
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
         judge = self.inner.describe().get("judge", {})

@@ -21,4 +21,19 @@ class Engine(Protocol):
         ...
 
 
-__all__ = ["Engine"]
+class EngineLayer:
+    """An engine in front of another (one retry of failed stages, the stage cache): it describes itself, and sizes
+    prompts, as the engine it wraps."""
+
+    def __init__(self, inner: Engine):
+        self.inner = inner
+
+    def describe(self) -> dict:
+        return self.inner.describe()
+
+    def spare_tokens(self, request: StageRequest) -> int | None:
+        spare = getattr(self.inner, "spare_tokens", None)
+        return spare(request) if spare else None
+
+
+__all__ = ["Engine", "EngineLayer"]

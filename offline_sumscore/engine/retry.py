@@ -11,21 +11,15 @@ from dataclasses import replace
 from typing import Sequence
 
 from ..stages import StageRequest, StageResult
+from . import EngineLayer
 
 RETRIED = ("cap", "model")
 
 
-class RetryingEngine:
+class RetryingEngine(EngineLayer):
     def __init__(self, inner):
-        self.inner = inner
+        super().__init__(inner)
         self.retries = 0
-
-    def describe(self) -> dict:
-        return self.inner.describe()
-
-    def spare_tokens(self, request: StageRequest) -> int | None:
-        spare = getattr(self.inner, "spare_tokens", None)
-        return spare(request) if spare else None
 
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
         results = self._attempt(requests)
