@@ -146,6 +146,23 @@ class ScorerBase:
             final.append(outcome)
         return final
 
+    def score_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, resume: bool = False,
+                   chunk_size: int | None = None, source_field: str = "source", summary_field: str = "summary",
+                   id_field: str = "id") -> list[dict]:
+        """Score a JSONL, CSV or Parquet file, a datasets save_to_disk directory or a folder of shards into a JSONL,
+        Parquet or CSV file, as `sumscore score` does (bad rows fail alone; resumable). Returns the rows."""
+        from ..bulk import DEFAULT_CHUNK_SIZE, run_bulk
+        from ..formats import output_kind, write_rows
+        from ..samples import read_rows
+
+        items = list(read_rows(input_path, source_field=source_field, summary_field=summary_field,
+                               id_field=id_field))
+        record = str(output_path) if output_kind(output_path) == ".jsonl" else f"{output_path}.rows.jsonl"
+        report = run_bulk(items, self, record, resume=resume, chunk_size=chunk_size or DEFAULT_CHUNK_SIZE)
+        if record != str(output_path):
+            write_rows(report.rows, output_path)
+        return report.rows
+
     def _score_one(self, sample: Sample) -> Any:
         return self.score_many([sample])[0]
 

@@ -176,3 +176,13 @@ def test_deepeval_metric_runs_inside_deepeval_when_installed(scripted):
     metric.measure(LLMTestCase(input=ROWS[0]["source"], actual_output=ROWS[0]["summary"]))
     assert metric.score == 0.5 and metric.is_successful()
     assert deepeval is not None
+
+
+def test_python_api_scores_a_parquet_file_into_csv(tmp_path, scripted):
+    import pyarrow.parquet as pq
+
+    feed(scripted, 2)
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "in.parquet")
+    rows = SummarizationScorer(engine=scripted).score_file(tmp_path / "in.parquet", tmp_path / "out.csv")
+    assert [r["score"] for r in rows] == [0.5, 0.5]
+    assert [r["id"] for r in read_results(tmp_path / "out.csv")] == ["a", "b"]
