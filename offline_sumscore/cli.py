@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -107,8 +108,13 @@ def _common(fn):
 
 @main.command()
 @click.argument("input_path", metavar="INPUT", type=click.Path(exists=True))
-@click.option("-o", "--output", "output_path", required=True, type=click.Path(dir_okay=False),
-              help="One row per input row, in input order: .jsonl, .parquet or .csv (by extension).")
+@click.option("-o", "--output", "output_path", required=True, type=click.Path(),
+              help="One row per input row, in input order: .jsonl, .parquet or .csv (by extension), or a folder "
+                   "(ending in /) of shards.")
+@click.option("--shard-rows", type=int, default=100_000, show_default=True,
+              help="When OUTPUT is a folder (ends with /): rows per shard file.")
+@click.option("--shard-format", type=click.Choice(["jsonl", "parquet", "csv"]), default="jsonl", show_default=True,
+              help="When OUTPUT is a folder: the shards' format (part-00000.jsonl, ...).")
 @click.option("--output-format", type=click.Choice(["native", "mastra"]), default="native", show_default=True,
               help="mastra: two-axis rows shaped as Mastra's scorer result (score, reason, preprocessStepResult, "
                    "analyzeStepResult).")
@@ -155,7 +161,7 @@ def _common(fn):
               help="With --engine ray: GPUs per actor (default 1 where Ray sees GPUs, else 0).")
 @click.option("--cpus-per-judge", type=float, default=1, show_default=True, help="With --engine ray: CPUs per actor.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def score(input_path, output_path, output_format, metric, source_field, summary_field, id_field, resume, cache_path,
+def score(input_path, output_path, shard_rows, shard_format, output_format, metric, source_field, summary_field, id_field, resume, cache_path,
           no_cache, fail_fast, allow_long_summary, chunk_size, judge_url, judge_model, judge_concurrency,
           judge_timeout, engine_kind, ray_address, num_judges, gpus_per_judge, cpus_per_judge, quiet, **opts):
     """Score every row of INPUT (JSONL, CSV, Parquet or a datasets save_to_disk directory, with source and summary
@@ -169,12 +175,17 @@ def score(input_path, output_path, output_format, metric, source_field, summary_
     from .formats import output_kind, write_rows
 
     try:
-        kind = output_kind(output_path)
+        sharded = output_path.endswith(("/", os.sep)) or Path(output_path).is_dir()
+        kind = None if sharded else output_kind(output_path)
         if output_format == "mastra" and metric != "two-axis":
             raise click.UsageError("--output-format mastra is the two-axis metric's shape")
-        # Rows are appended to a JSONL record as they finish (what --resume reads); other formats and shapes are
-        # written from it at the end.
-        record = output_path if kind == ".jsonl" and output_format == "native" else f"{output_path}.rows.jsonl"
+        # Rows are appended to a JSONL record as they finish (what --resume reads); other formats, shapes and
+        # folders of shards are written from it at the end.
+        if sharded:
+            Path(output_path).mkdir(parents=True, exist_ok=True)
+            record = str(Path(output_path) / "rows.jsonl.record")
+        else:
+            record = output_path if kind == ".jsonl" and output_format == "native" else f"{output_path}.rows.jsonl"
         items = list(read_rows(input_path, source_field=source_field, summary_field=summary_field,
                                id_field=id_field, allow_long_summary=allow_long_summary))
         bad = [item for item in items if isinstance(item, BadRow)]
@@ -215,7 +226,12 @@ def score(input_path, output_path, output_format, metric, source_field, summary_
         if record != output_path:
             from .peers.mastra import to_mastra
 
-            write_rows([to_mastra(r) if output_format == "mastra" else r for r in report.rows], output_path)
+            final = [to_mastra(r) if output_format == "mastra" else r for r in report.rows]
+            if sharded:
+                for n, start in enumerate(range(0, len(final), shard_rows)):
+                    write_rows(final[start:start + shard_rows], Path(output_path) / f"part-{n:05d}.{shard_format}")
+            else:
+                write_rows(final, output_path)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
     click.echo(_table(metric, report.rows, time.perf_counter() - started))

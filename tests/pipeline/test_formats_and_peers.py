@@ -186,3 +186,15 @@ def test_python_api_scores_a_parquet_file_into_csv(tmp_path, scripted):
     rows = SummarizationScorer(engine=scripted).score_file(tmp_path / "in.parquet", tmp_path / "out.csv")
     assert [r["score"] for r in rows] == [0.5, 0.5]
     assert [r["id"] for r in read_results(tmp_path / "out.csv")] == ["a", "b"]
+
+
+def test_output_to_a_folder_writes_shards_in_order(tmp_path, use_scripted):
+    feed(use_scripted, 3)
+    src = write_jsonl(tmp_path / "in.jsonl", ROWS + [dict(ROWS[0], id="c")])
+    result = CliRunner().invoke(main, ["score", str(src), "-o", f"{tmp_path / 'out'}/", "--shard-rows", "2",
+                                       "--shard-format", "parquet", "--quiet"])
+    assert result.exit_code == 0, result.output
+    shards = sorted(p.name for p in (tmp_path / "out").glob("part-*"))
+    assert shards == ["part-00000.parquet", "part-00001.parquet"]
+    ids = [r["id"] for name in shards for r in read_results(tmp_path / "out" / name)]
+    assert ids == ["a", "b", "c"]
