@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from offline_sumscore.agreement import binary_agreement, correlate  # noqa: E402
+from offline_sumscore.agreement import binary_agreement, correlate, roc_auc  # noqa: E402
 from offline_sumscore.errors import InputError  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -166,7 +166,9 @@ def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], di
             "rows_per_s": round((len(rows) - report.resumed) / seconds, 4) if seconds and report.resumed < len(rows)
             else None,
             "tokens_in": sum(s["tokens_in"] for s in stages), "tokens_out": sum(s["tokens_out"] for s in stages),
-            "stage_requests_computed": getattr(runner, "computed", None), "stage_requests_cached": getattr(runner, "hits", None),
+            # Without a cache every stage request reached the judge.
+            "stage_requests_computed": getattr(runner, "computed", len(stages)),
+            "stage_requests_cached": getattr(runner, "hits", 0),
             "failed_rows": sum(1 for r in report.rows if r.get("error")), "judge": judge.describe(),
             "settings": scorer.settings}
     # The cost of scoring is the run that scored the rows: kept beside them, so a rerun that only recomputes the
@@ -230,14 +232,15 @@ def sentences_report(items, rows) -> dict:
         labels = item["human"]["sentence_error_majority"]
         verdict = (item["judges"].get(judge_name) or {}) if judge_name else {}
         theirs = verdict.get("sentence_error")
-        mine = []
+        mine, mine_p = [], []
         for k in range(len(item["sentences"])):
             row = rows.get(f"{item['id']}#s{k}") or {}
             mine.append(None if row.get("error") or row.get("alignment") is None else row["alignment"] < 1)
-            p_s.append(row.get("soft_alignment"))
+            mine_p.append(row.get("soft_alignment"))
         for k, label in enumerate(labels):
             human_s.append(bool(label))
             ours_s.append(mine[k] if k < len(mine) else None)
+            p_s.append(mine_p[k] if k < len(mine_p) else None)
             judge_s.append(bool(theirs[k]) if theirs and k < len(theirs) else None)
         human_sum.append(bool(item["human"]["summary_has_error"]))
         judge_sum.append(bool(verdict["summary_has_error"]) if "summary_has_error" in verdict else None)
@@ -258,8 +261,9 @@ def sentences_report(items, rows) -> dict:
                                                            [ours_sum[n] for n in both_sum]),
                         "hosted_vs_human": binary_agreement([human_sum[n] for n in both_sum],
                                                             [judge_sum[n] for n in both_sum])},
+            "soft": {"auc_p_supported_vs_human_no_error": roc_auc([not h for h in human_s], p_s)},
             "faithfulness": correlate(ours_faith, human_faith, docs, resamples=0),
-            "_series": {"p_supported": p_s, "human_no_error": [not h for h in human_s][:len(p_s)],
+            "_series": {"p_supported": p_s, "human_no_error": [not h for h in human_s],
                         "ours_faith": ours_faith, "human_faith": human_faith}}
 
 
@@ -287,6 +291,7 @@ def keyfacts_report(items, rows, args) -> dict:
                         "ours_vs_human_on_hosted_items": binary_agreement([human_k[n] for n in both],
                                                                           [ours_k[n] for n in both]),
                         "hosted_vs_human": binary_agreement([human_k[n] for n in both], [judge_k[n] for n in both])},
+            "soft": {"auc_p_answered_vs_human_present": roc_auc(human_k, p_k)},
             "completeness": {"ours_vs_human": correlate(cov, comp, docs, resamples=args.resamples, seed=args.seed),
                              "hosted_vs_human": correlate(gpt_comp, comp, docs, resamples=args.resamples,
                                                           seed=args.seed)},
@@ -360,6 +365,9 @@ def markdown(report: dict) -> str:
             for name, b in r[level].items():
                 lines.append(f"| {level} | {name.replace('_', ' ')} | {b['n']} | {fmt(b['balanced_accuracy'])} | "
                              f"{fmt(b['kappa'])} |")
+        for name, value in r["soft"].items():
+            lines.append(f"| {unit} | soft: ROC AUC of {name.replace('auc_', '').replace('_', ' ')} | - | "
+                         f"{fmt(value)} (AUC; 0.5 is chance) | - |")
         if kind == "keyfacts":
             lines += ["", "| score | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) |",
                       "|---|---|---|---|---|"]
@@ -392,7 +400,7 @@ def plots(report: dict, series: dict, stem: Path) -> list[str]:
         plt.close(fig)
         written.append(f"{stem.name}_{name}.png")
 
-    def reliability(probs, truth, name, label):
+    def reliability(probs, truth, name, label, unit="verdicts"):
         pairs = [(p, t) for p, t in zip(probs, truth) if p is not None and t is not None]
         if not pairs:
             return
@@ -410,7 +418,7 @@ def plots(report: dict, series: dict, stem: Path) -> list[str]:
         ax.set_ylabel(label)
         ax.set_xlim(0, 1)
         ax.set_ylim(-0.02, 1.02)
-        ax.set_title(f"reliability, {len(pairs)} verdicts")
+        ax.set_title(f"reliability, {len(pairs)} {unit}")
         fig.tight_layout()
         fig.savefig(f"{stem}_{name}.png", dpi=110)
         plt.close(fig)
@@ -426,7 +434,7 @@ def plots(report: dict, series: dict, stem: Path) -> list[str]:
         soft = ours.get("soft_alignment") or ours.get("soft_qa")
         if soft and "consistency" in humans:
             reliability(soft, [None if h is None else (h - 1) / 4 for h in humans["consistency"]], "reliability",
-                        "human consistency, scaled to 0..1")
+                        "human consistency, scaled to 0..1", unit="summaries (mean P(yes) per summary)")
     elif kind == "sentences":
         scatter(series["ours_faith"], series["human_faith"], "our share of sentences supported",
                 "human faithfulness", "vs_human")

@@ -7,7 +7,8 @@ None where it is undefined (fewer than two items, or a constant side), never NaN
 - summary level (as G-Eval reports): the correlation within each document across its summaries, averaged over
   the documents where it is defined;
 - bootstrap 95% intervals resample whole documents (items of one document are not independent);
-- binary labels: balanced accuracy (the mean of the per-class recalls) and Cohen's kappa.
+- binary labels: balanced accuracy (the mean of the per-class recalls) and Cohen's kappa for hard verdicts; the
+  area under the ROC curve for soft ones (P(yes)), where 0.5 is chance, as balanced accuracy's 0.5 is.
 """
 from __future__ import annotations
 
@@ -175,3 +176,16 @@ def binary_agreement(truth, predicted) -> dict:
     return {"n": len(pairs), "balanced_accuracy": balanced_accuracy(*zip(*pairs)) if pairs else None,
             "kappa": cohens_kappa(*zip(*pairs)) if pairs else None,
             "positives_truth": sum(bool(t) for t, _ in pairs), "positives_predicted": sum(bool(p) for _, p in pairs)}
+
+
+def roc_auc(truth: Sequence[bool], scores: Sequence[float]) -> float | None:
+    """The chance that a random positive scores above a random negative (ties count half): Mann-Whitney U over
+    n_pos * n_neg, from average ranks. None without both classes."""
+    pairs = [(bool(t), float(p)) for t, p in zip(truth, scores) if t is not None and p is not None]
+    pos = sum(t for t, _ in pairs)
+    neg = len(pairs) - pos
+    if not pos or not neg:
+        return None
+    ranks = rank([p for _, p in pairs])
+    rank_sum = sum(r for r, (t, _) in zip(ranks, pairs) if t)
+    return float((rank_sum - pos * (pos + 1) / 2) / (pos * neg))

@@ -93,7 +93,8 @@ def score_chunks_on_ray(config: dict, *, num_judges: int = 1, gpus_per_judge: fl
         scored = ds.map_batches(
             ChunkActor, fn_constructor_kwargs={"config": dict(config, threads_per_judge=max(1, int(cpus_per_judge)))},
             batch_size=1, compute=ray.data.ActorPoolStrategy(size=num_judges), num_gpus=gpus_per_judge or None,
-            num_cpus=cpus_per_judge, max_restarts=max_retries, max_task_retries=max_retries)
+            num_cpus=cpus_per_judge,
+            ray_remote_args_fn=lambda: {"max_restarts": max_retries, "max_task_retries": max_retries})
         for row in scored.iter_rows():
             k = int(row["chunk"])
             yield k, chunk_rows(by_k[k], json.loads(row["results"]), config["metric"])

@@ -24,7 +24,8 @@ def _axes(x_label: str, y_label: str, y_max: float = 1) -> list[str]:
     for t in (0, 0.5, 1):
         x, y = _x(t), _y(t)
         parts += [f'<text x="{x}" y="{H - PAD + 14}" class="tick">{t:g}</text>',
-                  f'<text x="{PAD - 6}" y="{y + 4}" class="tick" text-anchor="end">{round(t * y_max, 1):g}</text>']
+                  f'<text x="{PAD - 6}" y="{y + 4}" class="tick" text-anchor="end">'
+                  f'{round(t * y_max) if y_max > 1 else round(t * y_max, 1):g}</text>']
     return parts
 
 

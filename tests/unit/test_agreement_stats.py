@@ -6,7 +6,7 @@ import math
 import pytest
 
 from offline_sumscore.agreement import (balanced_accuracy, binary_agreement, bootstrap_interval, cohens_kappa,
-                                        correlate, kendall_tau_b, pearson, rank, spearman, summary_level)
+                                        correlate, kendall_tau_b, pearson, rank, roc_auc, spearman, summary_level)
 from offline_sumscore.errors import InputError
 
 
@@ -94,3 +94,9 @@ def test_stratified_document_pick_is_whole_documents_and_reproducible(tmp_path):
     docs = {i["doc_id"] for i in a}
     assert len(docs) == 4 and len(a) == 12  # whole documents, all their systems
     assert len(pick_documents(items, "scores", 4, 7, seed=3)) == 6  # --limit keeps whole documents
+
+
+def test_roc_auc_by_hand_with_a_tie():
+    # positives 0.9, 0.5; negatives 0.5, 0.1: pairs (0.9>0.5) (0.9>0.1) (0.5=0.5 -> half) (0.5>0.1) -> 3.5 / 4
+    assert roc_auc([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1]) == pytest.approx(3.5 / 4)
+    assert roc_auc([1, 1], [0.2, 0.3]) is None  # one class only
