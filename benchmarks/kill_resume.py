@@ -58,16 +58,21 @@ def main() -> None:
     trials = []
     for t in range(args.trials):
         out, cache = work / f"trial{t}.jsonl", work / f"trial{t}.sqlite"
-        for stale in (out, cache):
-            stale.unlink(missing_ok=True)
-        at = rng.uniform(1.0, reference_s)
-        proc = subprocess.Popen(command(src, out), env=env(cache), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        time.sleep(at)
-        finished_first = proc.poll() is not None
-        if not finished_first:
-            os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        upper = reference_s
+        while True:  # a run that finished before its kill time proves nothing: draw an earlier moment and redo
+            for stale in (out, cache):
+                stale.unlink(missing_ok=True)
+            at = rng.uniform(1.0, upper)
+            proc = subprocess.Popen(command(src, out), env=env(cache), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(at)
+            finished_first = proc.poll() is not None
+            if not finished_first:
+                os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            if not finished_first:
+                break
+            upper = at * 0.8
         before = out.read_bytes() if out.exists() else b""
         rows_before = before.count(b"\n")
         torn = bool(before) and not before.endswith(b"\n")
