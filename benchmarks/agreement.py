@@ -1,8 +1,8 @@
 """Agreement benchmark: how closely the local judge tracks human raters and recorded hosted judges.
 
-    python benchmarks/agreement.py --data ../shared/data/agreement/summeval_dev.jsonl --documents 4
-    python benchmarks/agreement.py --data ../shared/data/agreement/frank_finesure_gpt4o.jsonl --documents 12
-    python benchmarks/agreement.py --data ../shared/data/agreement/realsumm_keyfacts.jsonl --documents 10
+    python benchmarks/agreement.py --data ../shared/data/agreement/summeval_dev.jsonl --documents 4   # ~10 min on 2 CPUs
+    python benchmarks/agreement.py --data ../shared/data/agreement/frank_finesure_gpt4o.jsonl --documents 16 --judged-only
+    python benchmarks/agreement.py --data ../shared/data/agreement/realsumm_keyfacts.jsonl --documents 10 --judged-only
     python benchmarks/agreement.py --data FILE --model /models/Qwen2.5-7B-Instruct --metric both   # all items
 
 Input: JSONL, one object per (document, summary) item: `id`, `source`, `summary`, `human` (name -> number, or the
@@ -463,8 +463,16 @@ def main(argv=None) -> int:
     ap.add_argument("--max-questions", type=int, default=None, help="scorer option (default: the scorer's)")
     ap.add_argument("--max-claims", type=int, default=None, help="two-axis scorer option")
     ap.add_argument("--no-reason", action="store_true", help="two-axis: no reasons (far fewer tokens to decode)")
+    ap.add_argument("--full-caps", action="store_true",
+                    help="with the embedded judge: keep the scorer's default caps (slow on a CPU)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
+    if args.model is None and not args.full_caps and not (args.max_questions or args.max_claims or args.no_reason):
+        # The embedded 135M judge on 2 CPUs: the scorer's default caps (10 questions, 16 claims, 200-character
+        # reasons) make a 4-document run take over an hour, and its reasons are noise; these caps take ~10 minutes.
+        args.max_questions, args.max_claims, args.no_reason = 5, 8, True
+        print("embedded judge: caps --max-questions 5 --max-claims 8 --no-reason (pass --full-caps for the "
+              "scorer's defaults)", file=sys.stderr)
     try:
         items = read_items(args.data)
     except InputError as exc:

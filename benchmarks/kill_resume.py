@@ -38,7 +38,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     work = RESULTS / "runs" / "kill_resume"
-    work.mkdir(parents=True, exist_ok=True)
+    if work.exists():
+        import shutil
+
+        shutil.rmtree(work)  # a cache left from an earlier run would make the reference run cached, not real
+    work.mkdir(parents=True)
     src = work / "in.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     env = lambda cache: dict(os.environ, OFFLINE_SUMSCORE_CACHE=str(cache), HF_HUB_OFFLINE="1")  # noqa: E731
