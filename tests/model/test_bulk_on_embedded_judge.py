@@ -105,7 +105,7 @@ def test_a_source_longer_than_the_8192_token_context_is_judged_in_pieces(judge):
     source = " ".join(sentences)
     assert len(judge.tokenizer(source)["input_ids"]) > judge.context_length
     # One question and short caps: each piece is prefilled about once (a 4,000-token prefill is ~40 s here).
-    scorer = SummarizationScorer(judge, max_claims=2, max_questions=1, max_text_chars=60, max_reason_chars=30)
+    scorer = SummarizationScorer(judge, max_claims=2, max_questions=1, max_text_chars=60, include_reason=False)
     r = scorer.score(source, "Towns opened harbours, mills and schools that employed hundreds of workers.")
     assert r.source_pieces >= 2
     assert all(s["tokens_in"] < judge.context_length for s in r.stages.values())
@@ -119,8 +119,10 @@ def test_hostile_text_leaves_every_output_valid(judge):
     start = judge.tokenizer.convert_tokens_to_ids("<|im_start|>")
     two_axis = SummarizationScorer(judge, max_claims=2, max_questions=2, max_text_chars=60, max_reason_chars=30)
     summary_score = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60)
-    for scorer in (two_axis, summary_score):
-        for result in scorer.score_many([dict(r) for r in rows]):
+    # Every hostile text through the two-axis stages; two of them through summary-score's (its prompts fence the
+    # same way, and each real-model row costs seconds here).
+    for scorer, batch in ((two_axis, rows), (summary_score, rows[2:4])):
+        for result in scorer.score_many([dict(r) for r in batch]):
             for stage in result.stages.values():
                 assert stage["error"] is None
                 json.loads(stage["raw_output"])  # valid JSON whatever the text asked for
