@@ -153,7 +153,6 @@ def score_frame(df, *, source: str = "source", summary: str = "summary", id: str
     `metric` with **options). A row that cannot be scored gets score None and its error, as in a bulk run."""
     from .samples import Sample, check_text
     from .scorers import SummarizationScorer, SummaryScore
-    from .errors import InputError as _InputError
 
     for column in (source, summary) + ((id,) if id else ()):
         if column not in df.columns:
@@ -166,7 +165,7 @@ def score_frame(df, *, source: str = "source", summary: str = "summary", id: str
         try:
             samples.append(Sample(id=row_id, source=check_text(row[source], source, line=n + 1, row_id=row_id),
                                   summary=check_text(row[summary], summary, line=n + 1, row_id=row_id)))
-        except _InputError as exc:
+        except InputError as exc:
             errors[n] = {"stage": "input", "cause": f"input:{exc.cause}", "field": exc.field, "message": str(exc)}
     results = iter(scorer.score_many(samples, on_error="return"))
     records = []
