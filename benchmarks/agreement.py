@@ -223,6 +223,21 @@ def scores_report(items, rows, metric, args) -> dict:
     return out
 
 
+def compare_binary(human, ours, hosted, *, on_hosted_items: bool = True) -> dict:
+    """Our verdicts against the humans' and the hosted judge's, and the hosted judge against the humans, on the
+    items the hosted judge labelled (optionally ours against the humans on those items too)."""
+    both = [n for n in range(len(human)) if hosted[n] is not None]
+
+    def pick(values):
+        return [values[n] for n in both]
+
+    out = {"ours_vs_human": binary_agreement(human, ours), "ours_vs_hosted": binary_agreement(pick(hosted), pick(ours))}
+    if on_hosted_items:
+        out["ours_vs_human_on_hosted_items"] = binary_agreement(pick(human), pick(ours))
+    out["hosted_vs_human"] = binary_agreement(pick(human), pick(hosted))
+    return out
+
+
 def sentences_report(items, rows) -> dict:
     human_s, judge_s, ours_s, p_s = [], [], [], []
     human_sum, judge_sum, ours_sum = [], [], []
@@ -247,20 +262,10 @@ def sentences_report(items, rows) -> dict:
         ours_sum.append(None if any(m is None for m in mine) else any(mine))
         human_faith.append(item["human"].get("faithfulness"))
         ours_faith.append(None if any(m is None for m in mine) or not mine else 1 - sum(mine) / len(mine))
-    both = [n for n in range(len(human_s)) if judge_s[n] is not None]
-    both_sum = [n for n in range(len(human_sum)) if judge_sum[n] is not None]
     docs = [i["doc_id"] for i in items]
     return {"hosted_judge": judge_name,
-            "sentence": {"ours_vs_human": binary_agreement(human_s, ours_s),
-                         "ours_vs_hosted": binary_agreement([judge_s[n] for n in both], [ours_s[n] for n in both]),
-                         "ours_vs_human_on_hosted_items": binary_agreement([human_s[n] for n in both],
-                                                                           [ours_s[n] for n in both]),
-                         "hosted_vs_human": binary_agreement([human_s[n] for n in both], [judge_s[n] for n in both])},
-            "summary": {"ours_vs_human": binary_agreement(human_sum, ours_sum),
-                        "ours_vs_hosted": binary_agreement([judge_sum[n] for n in both_sum],
-                                                           [ours_sum[n] for n in both_sum]),
-                        "hosted_vs_human": binary_agreement([human_sum[n] for n in both_sum],
-                                                            [judge_sum[n] for n in both_sum])},
+            "sentence": compare_binary(human_s, ours_s, judge_s),
+            "summary": compare_binary(human_sum, ours_sum, judge_sum, on_hosted_items=False),
             "soft": {"auc_p_supported_vs_human_no_error": roc_auc([not h for h in human_s], p_s)},
             "faithfulness": correlate(ours_faith, human_faith, docs, resamples=0),
             "_series": {"p_supported": p_s, "human_no_error": [not h for h in human_s],
@@ -283,14 +288,9 @@ def keyfacts_report(items, rows, args) -> dict:
         cov.append(row.get("coverage"))
         comp.append(item["human"].get("completeness"))
         gpt_comp.append((item["judges"].get(judge_name) or {}).get("completeness") if judge_name else None)
-    both = [n for n in range(len(human_k)) if judge_k[n] is not None]
     docs = [i["doc_id"] for i in items]
     return {"hosted_judge": judge_name,
-            "keyfact": {"ours_vs_human": binary_agreement(human_k, ours_k),
-                        "ours_vs_hosted": binary_agreement([judge_k[n] for n in both], [ours_k[n] for n in both]),
-                        "ours_vs_human_on_hosted_items": binary_agreement([human_k[n] for n in both],
-                                                                          [ours_k[n] for n in both]),
-                        "hosted_vs_human": binary_agreement([human_k[n] for n in both], [judge_k[n] for n in both])},
+            "keyfact": compare_binary(human_k, ours_k, judge_k),
             "soft": {"auc_p_answered_vs_human_present": roc_auc(human_k, p_k)},
             "completeness": {"ours_vs_human": correlate(cov, comp, docs, resamples=args.resamples, seed=args.seed),
                              "hosted_vs_human": correlate(gpt_comp, comp, docs, resamples=args.resamples,
