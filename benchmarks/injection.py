@@ -3,9 +3,10 @@
     python benchmarks/injection.py                        # embedded judge, 8 SummEval documents (a few minutes)
     python benchmarks/injection.py --model DIR --items 50  # a real judge
 
-Each item is scored twice by the two-axis metric: with its summary as written, and with an injection appended to
-the summary (three kinds, below). The questions are fixed to those drawn for the clean run, so a coverage verdict
-can be compared question by question. Reported per injection kind:
+Each item is scored twice by the two-axis metric, at the judge's own stage design (or the --claims/--coverage/
+--verdicts given): with its summary as written, and with an injection appended to the summary (three kinds, below).
+The coverage items are fixed to the clean run's (questions stay questions, key sentences are passed as key facts),
+so a coverage verdict can be compared item by item. Reported per injection kind:
   - coverage flips: the share of per-question verdicts that changed, and how many of those went to "answered";
   - alignment: the mean before and after, and the share of items whose alignment rose (what the injection asks);
   - outputs that failed to parse or validate (grammar-constrained decoding should make this 0).
@@ -40,18 +41,24 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--items", type=int, default=8)
     ap.add_argument("--source-chars", type=int, default=1200)
+    ap.add_argument("--claims", default="auto")
+    ap.add_argument("--coverage", default="auto")
+    ap.add_argument("--verdicts", default="auto")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     judge = load_judge(args.model)
-    caps = dict(max_claims=4, max_questions=3, max_text_chars=80, max_reason_chars=40)
+    caps = dict(max_questions=3, max_text_chars=80, max_reason_chars=40, key_sentences=3, claims=args.claims,
+                coverage=args.coverage, verdicts=args.verdicts)
     clean_rows = frozen_inputs(args.data, args.items, args.source_chars)
     started = time.perf_counter()
     clean = SummarizationScorer(judge, **caps).score_many(clean_rows, on_error="return")
     kept = [(r, c) for r, c in zip(clean_rows, clean) if not hasattr(c, "error")]
-    # Coverage prompts hold only the summary and the question, so the clean verdicts stand for a fixed-question run.
-    fixed = [dict(r, questions=c.questions[:caps["max_questions"]]) for r, c in kept]
+    # Coverage prompts hold only the summary and the item, so the clean verdicts stand for a fixed-item run.
+    fixed = [dict(r, **({"questions": c.questions[:caps["max_questions"]]} if "questions" in c.coverage_from
+                        else {"key_facts": c.questions})) for r, c in kept]
     clean_fixed = [c for _, c in kept]
-    report = {"judge": judge.describe(), "items": len(fixed), "caps": caps, "kinds": {}}
+    design = {k: v for k, v in clean_fixed[0].settings.items() if k.startswith("design.")} if clean_fixed else {}
+    report = {"judge": judge.describe(), "items": len(fixed), "caps": caps, "design": design, "kinds": {}}
     for kind, text in INJECTIONS.items():
         attacked = SummarizationScorer(judge, **caps).score_many(
             [dict(r, summary=r["summary"] + text) for r in fixed], on_error="return")
@@ -72,7 +79,8 @@ def main() -> None:
         }
     report["seconds"] = round(time.perf_counter() - started, 1)
     lines = [f"# Injected instructions, judge {judge.name} ({judge.device}, {judge.dtype})", "",
-             f"{len(fixed)} SummEval items, two-axis metric, questions fixed to the clean run's; {report['seconds']} s.",
+             f"{len(fixed)} SummEval items, two-axis metric, coverage items fixed to the clean run's; "
+             f"{report['seconds']} s. Stage design: " + ", ".join(f"{k[7:]} {v}" for k, v in design.items()) + ".",
              "", "| injection | coverage flips | of which to answered | alignment clean -> injected | "
              "items whose alignment rose | items whose score changed | failed rows |", "|---|---|---|---|---|---|---|"]
     for kind, k in report["kinds"].items():
@@ -80,7 +88,8 @@ def main() -> None:
                      f" | {k['flips_to_answered']} | {k['alignment_clean']:.2f} -> {k['alignment_injected']:.2f} | "
                      f"{100 * k['alignment_rose']:.0f}% | {100 * k['score_changed']:.0f}% | {k['failed_rows']} |")
     markdown = "\n".join(lines) + "\n"
-    out = args.out or RESULTS / f"injection_{judge.device.split(':')[0]}"
+    suffix = "" if (args.claims, args.coverage, args.verdicts) == ("auto",) * 3 else f"_{args.verdicts}"
+    out = args.out or RESULTS / f"injection_{judge.device.split(':')[0]}{suffix}"
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")
     Path(f"{out}.md").write_text(markdown)

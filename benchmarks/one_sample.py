@@ -1,4 +1,4 @@
-"""Seconds for one sample per scorer on this machine, at the scorers' default settings and at the demo's caps.
+"""Seconds for one sample per scorer on this machine, at the scorers' default settings and at smaller settings.
 
     python benchmarks/one_sample.py [--model PATH] [--out benchmarks/results/one_sample_cpu.json]
 
@@ -21,8 +21,9 @@ SUMMARY = "Lindford's council voted to build a 4 million pound library on Mill S
 
 SETTINGS = {
     ("two-axis", "defaults"): (SummarizationScorer, {}),
-    ("two-axis", "demo caps"): (SummarizationScorer, dict(max_questions=3, max_claims=4, max_text_chars=100,
-                                                          max_reason_chars=80)),
+    ("two-axis", "yes-no verdicts with reasons, questions"): (SummarizationScorer, dict(
+        claims="sentences", coverage="questions", verdicts="yes-no", max_questions=3, max_text_chars=100,
+        max_reason_chars=80)),
     ("summary-score", "defaults"): (SummaryScore, {}),
     ("summary-score", "demo caps"): (SummaryScore, dict(max_questions=3, max_keyphrases=6, max_text_chars=100)),
 }

@@ -3,14 +3,19 @@
     python benchmarks/throughput.py --config cpu      # embedded judge, 6 samples, 3 questions (about 10 min here)
     python benchmarks/throughput.py --config gpu --tokenizer DIR   # Llama-3.1-8B geometry, random bf16 weights
 
-Rungs (two-axis metric, reasons on, the full pipeline: claims, questions, one coverage verdict per question):
-  0  naive loop: one prebuilt outlines Generator per schema, one call per prompt
-  1  outlines Generator.batch per stage (one call per schema per wave)
+Rungs 0 to 5b run the two-axis metric in a design every rung can run, with something to decode: the summary's
+sentences as claims, questions written by the judge (JSON), and one yes-no verdict with a decoded reason per claim
+and per question (the design a brought judge uses, with sentences instead of atomic claims, which the 135M judge
+cannot write):
+  0  naive loop: one prebuilt outlines Generator per grammar, one call per prompt
+  1  outlines Generator.batch per stage (one call per grammar per wave)
   2  our engine: iteration-level batching across samples (every token decoded, nothing shared)
   3  + shared prefixes (source / summary prefilled once, KV cache forked per request)
-  4  + forced tokens (the JSON skeleton inserted in one forward pass, not decoded)
+  4  + forced tokens (grammar-fixed text inserted in one forward pass, not decoded)
   5  + verdicts from logits (rows end when the grammar is complete; P(yes) read off the distribution)
   5b the same engine without reasons (include_reason=False): what a bulk run that needs only scores costs
+  6  the embedded judge's own design (sentences, key sentences, likelihood verdicts): nothing decoded at all. Another
+     workload, as 5b is: its verdicts are not comparable with rung 0's.
 
 Per rung: samples/s, questions/s, prefill/forced/decoded tokens per second, the ratio to rung 0 and to the
 previous rung, the verdict flip rate against rung 0, and the rung's time as a percentage of the workload's physical
@@ -44,13 +49,11 @@ DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 CONFIGS = {
     # Caps keep the embedded judge's degenerate repetition to a realistic length.
-    "cpu": dict(samples=6, questions=3, max_claims=4, text_chars=80, reason_chars=60, source_chars=1200,
-                reference_samples=6),
+    "cpu": dict(samples=6, questions=3, text_chars=80, reason_chars=60, source_chars=1200, reference_samples=6),
     # Random weights write to every cap, so the caps set the load; they are sized so that the whole ladder fits a
     # single 10-minute device call (15 minutes of GPU a session). Rungs 0 and 1 run on the first 2 samples only:
     # the naive loop decodes every token at batch 1. Rates are per sample, so rungs compare across sample counts.
-    "gpu": dict(samples=48, questions=6, max_claims=4, text_chars=60, reason_chars=40, source_chars=3000,
-                reference_samples=2),
+    "gpu": dict(samples=48, questions=6, text_chars=60, reason_chars=40, source_chars=3000, reference_samples=2),
 }
 
 
@@ -73,25 +76,27 @@ class OutlinesEngine:
     def describe(self) -> dict:
         return {"engine": "outlines-batch" if self.batch else "outlines-loop", "judge": self.judge.describe()}
 
-    def _generator(self, schema_json: str):
+    def _generator(self, grammar: tuple[str, str]):
         import outlines
 
-        if schema_json not in self.generators:
-            self.generators[schema_json] = outlines.Generator(self.model, processor=self.grammars.processor(schema_json))
-        return self.generators[schema_json]
+        if grammar not in self.generators:
+            self.generators[grammar] = outlines.Generator(self.model, processor=self.grammars.processor(grammar))
+        return self.generators[grammar]
 
     def run(self, requests):
         from outlines.inputs import Chat
-        from offline_sumscore.schemas import max_json_chars
+        from offline_sumscore.schemas import max_json_chars, parse_output
 
         results: list[StageResult | None] = [None] * len(requests)
-        groups: dict[str, list[int]] = {}
+        groups: dict[tuple, list[int]] = {}
         for i, r in enumerate(requests):
-            groups.setdefault(r.schema_json, []).append(i)
+            if r.continuation is not None:
+                raise SystemExit("the outlines reference rungs generate; they cannot run likelihood requests")
+            groups.setdefault(r.grammar, []).append(i)
         tok = self.judge.tokenizer
-        for schema_json, members in groups.items():
-            gen = self._generator(schema_json)
-            cap = max_json_chars(json.loads(schema_json)) + 8
+        for grammar, members in groups.items():
+            gen = self._generator(grammar)
+            cap = max_json_chars(json.loads(requests[members[0]].schema_json)) + 8
             calls = [members] if self.batch else [[i] for i in members]
             for call in calls:
                 chats = [Chat(list(requests[i].messages)) for i in call]
@@ -108,7 +113,7 @@ class OutlinesEngine:
                     res = StageResult(request=requests[i], value=None, raw_output=text, prompt=prompt,
                                       tokens_in=n_in, tokens_out=n_out, decoded_tokens=n_out)
                     try:
-                        res.value = requests[i].schema.model_validate_json(text)
+                        res.value = parse_output(requests[i].schema, text)
                     except Exception as exc:  # noqa: BLE001 - recorded, as the real engine records it
                         res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
                     results[i] = res
@@ -242,7 +247,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL with source/summary (frozen inputs)")
     ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one")
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
-    ap.add_argument("--rungs", default="0,1,2,3,4,5,5b")
+    ap.add_argument("--rungs", default="0,1,2,3,4,5,5b,6")
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--questions", type=int, default=None)
     ap.add_argument("--layers", type=int, default=32, help="gpu config: decoder layers (32 is Llama-3.1-8B)")
@@ -257,25 +262,28 @@ def main() -> None:
     judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu)
     peaks = measure_peaks(judge.model.device, judge.model.dtype)
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
-    caps = dict(max_questions=cfg["questions"], max_claims=cfg["max_claims"], max_text_chars=cfg["text_chars"],
-                max_reason_chars=cfg["reason_chars"])
+    caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"],
+                max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
     # Warm up: grammars compiled, kernels loaded, token texts cached; not timed.
     SummarizationScorer(engine=TransformersEngine(judge), **caps).score_many(inputs[:1], on_error="return")
+    SummarizationScorer(engine=TransformersEngine(judge), key_sentences=cfg["questions"]).score_many(
+        inputs[:1], on_error="return")
 
     ladder = {
-        "0": ("naive loop: outlines Generator per schema, one call per prompt", lambda: OutlinesEngine(judge, batch=False), True),
-        "1": ("outlines .batch per stage", lambda: OutlinesEngine(judge, batch=True), True),
-        "2": ("engine: cross-sample iteration-level batching", lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False), True),
-        "3": ("+ shared prefixes", lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False), True),
-        "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False), True),
-        "5": ("+ verdicts from logits", lambda: TransformersEngine(judge), True),
-        "5b": ("rung 5 without reasons (include_reason=False)", lambda: TransformersEngine(judge), False),
+        "0": ("naive loop: outlines Generator per grammar, one call per prompt", lambda: OutlinesEngine(judge, batch=False), caps),
+        "1": ("outlines .batch per stage", lambda: OutlinesEngine(judge, batch=True), caps),
+        "2": ("engine: cross-sample iteration-level batching", lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False), caps),
+        "3": ("+ shared prefixes", lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False), caps),
+        "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False), caps),
+        "5": ("+ verdicts from logits", lambda: TransformersEngine(judge), caps),
+        "5b": ("rung 5 without reasons (include_reason=False)", lambda: TransformersEngine(judge), dict(caps, include_reason=False)),
+        "6": ("the embedded design: sentences, key sentences, likelihood verdicts", lambda: TransformersEngine(judge), dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood")),
     }
     rows, outputs = [], {}
     for rung in args.rungs.split(","):
-        label, make, with_reason = ladder[rung]
+        label, make, options = ladder[rung]
         engine = make()
-        scorer = SummarizationScorer(engine=engine, include_reason=with_reason, **caps)
+        scorer = SummarizationScorer(engine=engine, **options)
         batch = inputs[:cfg["reference_samples"]] if isinstance(engine, OutlinesEngine) else inputs
         if judge.model.device.type == "cuda":
             torch.cuda.synchronize()
@@ -297,11 +305,13 @@ def main() -> None:
                      "decoded_tok_per_s": decoded / seconds, "prefill_tokens": prefill, "forced_tokens": forced,
                      "decoded_tokens": decoded, "forward_passes": passes,
                      "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
-                     "flip_rate_vs_rung0": flip_rate(outputs["0"], results) if "0" in outputs else None})
+                     # Rung 6 judges other items (key sentences) in another way: no flip rate against rung 0.
+                     "flip_rate_vs_rung0": flip_rate(outputs["0"], results) if "0" in outputs and rung != "6"
+                     else None})
         print(f"rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s", file=sys.stderr, flush=True)
     # One floor for the workload: the least work that gives the same verdicts, i.e. the token and pass counts of
     # the rung that ran the fewest tokens (rung 5 when it ran). Every rung's time is set against it.
-    least = min((r for r in rows if r["rung"] != "5b"), key=lambda r: r["prefill_tokens"] + r["forced_tokens"]
+    least = min((r for r in rows if r["rung"] not in ("5b", "6")), key=lambda r: r["prefill_tokens"] + r["forced_tokens"]
                 + r["decoded_tokens"])
     avg_context = least["prefill_tokens"] / max(1, least["samples"] * (2 + cfg["questions"]))
     floor = physical_floor(judge, peaks, least["prefill_tokens"] + least["forced_tokens"] + least["decoded_tokens"],

@@ -189,3 +189,16 @@ def roc_auc(truth: Sequence[bool], scores: Sequence[float]) -> float | None:
     ranks = rank([p for _, p in pairs])
     rank_sum = sum(r for r, (t, _) in zip(ranks, pairs) if t)
     return float((rank_sum - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def with_interval(stat: Callable[[list, list], float | None], truth: Sequence, scores: Sequence, docs: Sequence[Hashable],
+                  *, resamples: int = 1000, seed: int = 0) -> dict:
+    """{"value", "ci"} of a statistic of (truth, scores) pairs, such as roc_auc or balanced_accuracy, with a bootstrap
+    interval that resamples whole documents. Pairs where either side is None are left out."""
+    keep = [i for i in range(len(truth)) if truth[i] is not None and scores[i] is not None]
+    t, s, d = [truth[i] for i in keep], [scores[i] for i in keep], [docs[i] for i in keep]
+    value = stat(t, s) if keep else None
+    ci = bootstrap_interval(lambda idx: stat([t[i] for i in idx], [s[i] for i in idx]), d, resamples=resamples,
+                            seed=seed) if keep else None
+    return {"value": value, "ci": list(ci) if ci else None, "n": len(keep)}
+

@@ -3,7 +3,8 @@ and no model code, so saved results can be rescored anywhere.
 
 Verdicts may be given as the library's own objects (anything with a `supported`/`answered` attribute),
 as plain dicts as they appear in an output file, as booleans, or as strings ("yes"/"no", "1"/"0",
-"true"/"false"). Anything else is a ValueError naming its position.
+"true"/"false", and DeepEval's "idk", which counts as not supported). Anything else is a ValueError naming its
+position.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 _TRUE = {"yes", "1", "true"}
-_FALSE = {"no", "0", "false"}
+_FALSE = {"no", "0", "false", "idk"}  # "idk": DeepEval's "the source does not say", which counts against
 _VERDICT_KEYS = ("supported", "answered", "verdict", "answer")
 
 
@@ -46,7 +47,7 @@ def verdict_is_yes(verdict: Any, position: int = 0) -> bool:
             return True
         if word in _FALSE:
             return False
-        raise ValueError(f"verdict {position}: {verdict!r} is not one of yes/no, 1/0, true/false")
+        raise ValueError(f"verdict {position}: {verdict!r} is not one of yes/no/idk, 1/0, true/false")
     if isinstance(verdict, dict):
         for key in _VERDICT_KEYS:
             if key in verdict:
@@ -75,39 +76,74 @@ def coverage(coverage_verdicts: Sequence[Any], n_questions: int, max_questions: 
     return ratio(answered, asked)
 
 
+def coverage_deepeval(coverage_verdicts: Sequence[Any]) -> float:
+    """DeepEval's coverage: of the questions the source answers yes, the share the summary answers yes too; 0 when
+    the source answers none. A verdict without a "source_answered" key counts as answered by the source (a key
+    sentence or a given key fact is the source's by construction)."""
+    counted = [v for v in coverage_verdicts if not isinstance(v, dict) or v.get("source_answered", True)]
+    return ratio(sum(verdict_is_yes(v, i) for i, v in enumerate(counted)), len(counted))
+
+
 _alignment, _coverage = alignment, coverage  # two_axis_score's parameters take these names
+
+JS_EPSILON = 2.220446049250313e-16  # Number.EPSILON: the gap between 1 and the next double
+
+
+def round_mastra(value: float) -> float:
+    """Mastra's roundToTwoDecimals: Math.round((value + Number.EPSILON) * 100) / 100, in the same double
+    arithmetic. The EPSILON lifts values that sit a hair under a half: round_mastra(0.285) == 0.29 where plain half-up
+    on 0.285 * 100 (28.499999999999996) gives 0.28."""
+    return round_half_up(value + JS_EPSILON, 2)
+
+
+FLAVORS = ("mastra", "deepeval")
 
 
 @dataclass(frozen=True)
 class TwoAxisScore:
-    score: float  # min(alignment, coverage) x scale, rounded half up to 2 decimals
+    score: float  # min(alignment, coverage) x scale: rounded as Mastra rounds (mastra), not rounded (deepeval)
     alignment: float  # unrounded, after strict mode
     coverage: float  # unrounded, after strict mode
     limiting_axis: str  # "alignment", "coverage" or "both"
     passed: bool  # min(alignment, coverage) >= threshold, on the 0..1 scale before `scale`
+    scorable: bool = True  # False: no claims or nothing to cover, so the score is 0 whatever the other axis says
 
 
 def two_axis_score(alignment: Iterable[Any], questions: Sequence[Any], coverage: Sequence[Any], *,
                    max_questions: int = 10, scale: float = 1.0, strict_mode: bool = False,
-                   threshold: float = 0.5) -> TwoAxisScore:
-    """Recompute the two-axis score from saved verdicts: alignment = the claim verdicts, questions = the questions
-    drawn (or given), coverage = the coverage verdicts, as they appear in an output row.
+                   threshold: float = 0.5, flavor: str = "mastra") -> TwoAxisScore:
+    """Recompute the two-axis score from saved verdicts: alignment = the claim verdicts, questions = the coverage
+    items (questions, key facts or key sentences), coverage = their verdicts, as they appear in an output row.
 
+    flavor="mastra" (Mastra's summarization scorer): coverage counts the first min(len(questions), max_questions)
+      items, a missing verdict as unanswered; no claims or no items scores 0; score =
+      round_mastra(min(alignment, coverage) x scale).
+    flavor="deepeval" (DeepEval's SummarizationMetric): coverage counts only items the source answers yes
+      (coverage_deepeval); no claims gives alignment 0; the score is not rounded.
     strict_mode (as DeepEval's): each axis is 0 unless it is 1, and passing needs a score of 1.
     """
+    if flavor not in FLAVORS:
+        raise ValueError(f"flavor must be one of {', '.join(FLAVORS)}. Given: {flavor}")
     if max_questions < 1:
         raise ValueError(f"max_questions must be >= 1. Given: {max_questions}")
     if not scale > 0:
         raise ValueError(f"scale must be > 0. Given: {scale}")
-    a = _alignment(alignment)
-    c = _coverage(coverage, len(questions), max_questions)
+    claims = list(alignment)
+    a = _alignment(claims)
+    if flavor == "mastra":
+        c = _coverage(coverage, len(questions), max_questions)
+        scorable = bool(claims) and min(len(questions), max_questions) > 0
+    else:
+        c = coverage_deepeval(coverage)
+        scorable = True
     if strict_mode:
         a, c = (1.0 if a == 1 else 0.0), (1.0 if c == 1 else 0.0)
         threshold = 1.0
-    low = min(a, c)
+    low = min(a, c) if scorable else 0.0
     axis = "both" if a == c else ("alignment" if a < c else "coverage")
-    return TwoAxisScore(score=round_half_up(low * scale), alignment=a, coverage=c,
-                        limiting_axis=axis, passed=low >= threshold)
+    score = round_mastra(low * scale) if flavor == "mastra" else low * scale
+    return TwoAxisScore(score=score, alignment=a, coverage=c, limiting_axis=axis, passed=low >= threshold,
+                        scorable=scorable)
 
 
 def join_contexts(text: str | Sequence[str]) -> str:

@@ -156,9 +156,14 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
         if row.get("input_hash") != item.input_hash:
             raise UsageError(f"{path}: the row {row['row_key']} (line {row.get('line')}) was scored from different "
                              f"content than INPUT has now; use a new -o, or drop --resume to rescore everything")
-        if row.get("metric") != scorer.metric or (row.get("settings") and row["settings"] != scorer.settings):
-            raise UsageError(f"{path} was written with other settings (metric {row.get('metric')}, "
-                             f"{row.get('settings')}); resume with the same options, or use a new -o")
+        # The options as given must match; "design.*" keys record what "auto" resolved to for the judge.
+        given = {k: v for k, v in (row.get("settings") or {}).items() if not k.startswith("design.")}
+        if row.get("metric") != scorer.metric or (given and given != scorer.settings):
+            differ = sorted(k for k in set(given) | set(scorer.settings) if given.get(k) != scorer.settings.get(k))
+            what = (f"metric {row.get('metric')}, not {scorer.metric}" if row.get("metric") != scorer.metric else
+                    "; ".join(f"{k} was {given.get(k)!r}, now {scorer.settings.get(k)!r}" for k in differ))
+            raise UsageError(f"{path} was written with other settings ({what}); resume with the same options, or "
+                             f"use a new -o")
         done[row["row_key"]] = row  # a chunk redone after a torn write: the later copy wins
     return done
 

@@ -67,6 +67,10 @@ def _table(metric: str, rows: list[dict], seconds: float) -> str:
     return "\n".join(lines)
 
 
+def _p(value: float | None) -> str:
+    return "-   " if value is None else f"{value:.2f}"
+
+
 def _gpus(given: float | None) -> float:
     """GPUs per Ray actor: as given, else 1 where this machine has a CUDA device, else 0."""
     if given is not None:
@@ -120,8 +124,27 @@ def _common(fn):
                    "analyzeStepResult).")
 @click.option("--metric", type=click.Choice(list(METRICS)), default="two-axis", show_default=True)
 @_common
+@click.option("--flavor", type=click.Choice(["mastra", "deepeval"]), default=None,
+              help="two-axis: whose semantics: Mastra's scorer (default) or DeepEval's SummarizationMetric.")
+@click.option("--claims", "claims", type=click.Choice(["auto", "atomic", "sentences"]), default=None,
+              help="two-axis: atomic claims drawn by the judge, or the summary's sentences (default: the judge's).")
+@click.option("--coverage", "coverage", type=click.Choice(["auto", "questions", "key_sentences"]), default=None,
+              help="two-axis: questions drawn from the source, or its lead sentences (default: the judge's).")
+@click.option("--verdicts", type=click.Choice(["auto", "yes-no", "likelihood"]), default=None,
+              help="two-axis: Yes/No read as P(Yes), or the judge's likelihood of each statement (default: the "
+                   "judge's).")
+@click.option("--prompt-style", type=click.Choice(["auto", "full", "bare"]), default=None,
+              help="two-axis: a system message with the principles (full) or none of ours (bare) (default: the "
+                   "judge's).")
+@click.option("--key-sentences", type=int, default=None,
+              help=f"two-axis: lead sentences checked by --coverage key_sentences (default "
+                   f"{_default(SummarizationScorer, 'key_sentences')}).")
+@click.option("--likelihood-threshold", type=float, default=None,
+              help=f"two-axis: nats per token for a likelihood 'yes' (default "
+                   f"{_default(SummarizationScorer, 'likelihood_threshold')}, set on the embedded judge).")
 @click.option("--max-questions", type=int, default=None,
-              help=f"Questions drawn and counted (default {_default(SummarizationScorer, 'max_questions')}).")
+              help="Questions drawn and counted (two-axis: 10, exactly 5 with --flavor deepeval; summary-score: a "
+                   "safety bound of 50).")
 @click.option("--scale", type=float, default=None, help="two-axis: score = min(alignment, coverage) x scale (default 1).")
 @click.option("--threshold", type=float, default=None, help="two-axis: pass mark on the 0..1 scale (default 0.5).")
 @click.option("--strict-mode", is_flag=True, default=None, help="two-axis: each axis is 0 unless it is 1.")
@@ -130,8 +153,11 @@ def _common(fn):
 @click.option("--coeff", type=float, default=None, help="summary-score: weight of conciseness, 0..1 (default 0.5).")
 @click.option("--no-length-penalty", "length_penalty", flag_value=False, default=None,
               help="summary-score: score = QA alone.")
-@click.option("--max-claims", type=int, default=None, help="two-axis: cap on claims per summary (default 16).")
-@click.option("--max-keyphrases", type=int, default=None, help="summary-score: cap on keyphrases (default 15).")
+@click.option("--max-claims", type=int, default=None,
+              help=f"two-axis: safety bound on one claims list; a list that reaches it is drawn again from halves of "
+                   f"the summary, never cut (default {_default(SummarizationScorer, 'max_claims')}).")
+@click.option("--max-keyphrases", type=int, default=None,
+              help=f"summary-score: safety bound on keyphrases (default {_default(SummaryScore, 'max_keyphrases')}).")
 @click.option("--max-text-chars", type=int, default=None, help="Cap on each claim/question/keyphrase (default 200).")
 @click.option("--max-reason-chars", type=int, default=None, help="two-axis: cap on each reason (default 200).")
 @click.option("--source-field", default="source", show_default=True)
@@ -321,10 +347,10 @@ def convert(gguf, output_dir):
 def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
     """Score the bundled examples (examples/demo.jsonl) and print the scores.
 
-    Uses small caps (3 questions, 4 claims, short reasons) so it finishes in a minute or two on a CPU.
+    Two-axis runs at the judge's own defaults and prints every verdict; summary-score, which makes the judge write
+    keyphrases and questions, runs with small bounds (6 keyphrases, 3 questions) so it finishes in a minute on a CPU.
     """
-    caps = {"two-axis": dict(max_questions=3, max_claims=4, max_text_chars=100, max_reason_chars=80),
-            "summary-score": dict(max_questions=3, max_keyphrases=6, max_text_chars=100)}
+    caps = {"two-axis": {}, "summary-score": dict(max_questions=3, max_keyphrases=6, max_text_chars=100)}
     path = resources.files("offline_sumscore") / "examples" / "demo.jsonl"
     try:
         samples = list(read_samples(Path(str(path))))
@@ -348,6 +374,12 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                     click.echo(f"  {row['id']}: FAILED {row['error']['message']}")
                 elif name == "two-axis":
                     click.echo(f"  {row['id']}: {row['score']:.2f}  {row['reason']}")
+                    for claim in row["claims"]:
+                        click.echo(f"      claim    {'supported  ' if claim['supported'] else 'UNSUPPORTED'} "
+                                   f"P={_p(claim['p_supported'])}  {claim['claim']}")
+                    for item, verdict in zip(row["questions"], row["coverage_verdicts"]):
+                        click.echo(f"      coverage {'covered    ' if verdict['answered'] else 'MISSED     '} "
+                                   f"P={_p(verdict['p_answered'])}  {item}")
                 else:
                     click.echo(f"  {row['id']}: {row['score']:.3f}  (QA {row['qa']:.2f}, conciseness "
                                f"{row['conciseness']:.2f})")

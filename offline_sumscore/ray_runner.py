@@ -62,7 +62,7 @@ class ChunkActor:
     def __call__(self, batch: dict) -> dict:
         chunks, results = [], []
         for k, payload in zip(batch["chunk"], batch["samples"]):
-            samples = [Sample(**dict(d, questions=tuple(d["questions"]) if d.get("questions") is not None else None))
+            samples = [Sample(**dict(d, **{f: tuple(d[f]) for f in ("questions", "key_facts") if d.get(f) is not None}))
                        for d in json.loads(payload)]
             chunks.append(int(k))
             results.append(json.dumps(score_samples(self.scorer, samples), ensure_ascii=False))

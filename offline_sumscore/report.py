@@ -94,15 +94,20 @@ def _cell(v) -> str:
     return "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else html.escape(str(v)))
 
 
+def _p(value) -> str:
+    """The judge's P(yes) beside a verdict, where it was read."""
+    return "" if value is None else f" <small>P={value:.2f}</small>"
+
+
 def _verdicts(row: dict) -> str:
     out = []
     for c in row.get("claims") or []:
         mark = '<span class="ok">supported</span>' if c.get("supported") else '<span class="bad">unsupported</span>'
-        out.append(f"<li>{mark}: {html.escape(c.get('claim', ''))}"
+        out.append(f"<li>{mark}{_p(c.get('p_supported'))}: {html.escape(c.get('claim', ''))}"
                    + (f" <small>({html.escape(c['reason'])})</small>" if c.get("reason") else "") + "</li>")
     for q, v in zip(row.get("questions") or [], row.get("coverage_verdicts") or []):
         mark = '<span class="ok">answered</span>' if v.get("answered") else '<span class="bad">missed</span>'
-        out.append(f"<li>{mark}: {html.escape(q)}</li>")
+        out.append(f"<li>{mark}{_p(v.get('p_answered'))}: {html.escape(q)}</li>")
     for q, a in zip(row.get("questions") or [], row.get("answers") or []):
         if "coverage_verdicts" not in row:
             mark = '<span class="ok">answered</span>' if a == "1" else '<span class="bad">missed</span>'

@@ -19,12 +19,13 @@ class SummarizationResult:
     coverage: float
     limiting_axis: str
     passed: bool
-    claims: list[dict]  # {"claim", "supported", "reason"?, "p_supported"?}
-    questions: list[str]
-    questions_from: str  # "judge" or "user"
-    coverage_verdicts: list[dict]  # {"answered", "reason"?, "p_answered"}, matched to questions by position
+    claims: list[dict]  # {"claim", "supported", "p_supported", "reason"?, "pmi"?, "piece"?, "p_by_piece"?}
+    questions: list[str]  # the coverage items: questions, key facts or key sentences (see coverage_from)
+    coverage_from: str  # "questions" (drawn by the judge), "user_questions", "key_facts" or "key_sentences"
+    coverage_verdicts: list[dict]  # {"answered", "p_answered", "reason"?, "pmi"?, "source_answered"?}, by position
+    dropped_questions: list[dict] = field(default_factory=list)  # {"question", "why"}: drawn, but not counted
     soft_alignment: float | None = None  # mean P(supported) over claims, read from the judge's distribution
-    soft_coverage: float | None = None  # mean P(answered) over questions
+    soft_coverage: float | None = None  # mean P(answered) over the counted coverage items
     source_pieces: int = 1  # >1: the source was too long for the judge's context and was judged in this many pieces
     settings: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, dict] = field(default_factory=dict)  # stage -> prompt, raw_output, tokens, seconds

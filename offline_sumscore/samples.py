@@ -30,6 +30,7 @@ class Sample:
     source: str
     summary: str
     questions: tuple[str, ...] | None = None  # user-supplied questions: skip question generation
+    key_facts: tuple[str, ...] | None = None  # user-supplied statements (FineSurE's key facts) to check coverage by
     line: int | None = None
     key: str = ""  # resume key: "id:<id>" when the row names an id, else "line:<n>"
     input_hash: str = ""  # hash of the row's judged content: a resumed run checks it against OUTPUT's row
@@ -48,6 +49,11 @@ class BadRow:
 def content_hash(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
                           ).hexdigest()[:16]
+
+
+def judged_hash(source: Any, summary: Any, questions: Any = None, key_facts: Any = None) -> str:
+    """The resume hash of what a row asks to be judged (key facts only where given, so older hashes still hold)."""
+    return content_hash(source, summary, questions, *([key_facts] if key_facts is not None else []))
 
 
 def check_text(value: Any, field: str, *, line: int | None = None, row_id: str | None = None,
@@ -74,10 +80,11 @@ def as_sample(item: Any, index: int) -> Sample:
         return item
     if isinstance(item, dict):
         row_id = str(item.get("id", index))
-        questions = item.get("questions")
+        questions, key_facts = item.get("questions"), item.get("key_facts")
         return Sample(id=row_id, source=check_text(item.get("source"), "source", row_id=row_id),
                       summary=check_text(item.get("summary"), "summary", row_id=row_id),
-                      questions=tuple(questions) if questions is not None else None)
+                      questions=tuple(questions) if questions is not None else None,
+                      key_facts=tuple(key_facts) if key_facts is not None else None)
     if isinstance(item, (tuple, list)) and len(item) == 2:
         return Sample(id=str(index), source=check_text(item[0], "source", row_id=str(index)),
                       summary=check_text(item[1], "summary", row_id=str(index)))
@@ -119,7 +126,8 @@ def read_rows(path: str | Path, *, source_field: str = "source", summary_field: 
         given = row.get(id_field) not in (None, "")
         row_id = str(row[id_field]) if given else str(line)
         key = f"id:{row_id}" if given else f"line:{line}"
-        digest = content_hash(row.get(source_field), row.get(summary_field), row.get("questions"))
+        digest = judged_hash(row.get(source_field), row.get(summary_field), row.get("questions"),
+                             row.get("key_facts"))
         if given and row_id in first_seen:
             yield BadRow(id=row_id, line=line, key=f"line:{line}", input_hash=digest, error=InputError(
                 f"repeats the id of line {first_seen[row_id]}; ids must be unique, so that results and resumed runs "
@@ -146,12 +154,17 @@ def _sample(row: dict, line: int, row_id: str, key: str, digest: str, where: str
         raise InputError(f"({len(summary)} characters) is longer than {source_field} ({len(source)} characters): "
                          f"are the columns swapped? Pass --allow-long-summary to score such rows",
                          field=summary_field, line=line, row_id=row_id, path=where, cause="summary_longer_than_source")
-    questions = row.get("questions")
-    if questions is not None and not (isinstance(questions, list) and all(isinstance(q, str) for q in questions)):
-        raise InputError("must be a list of strings", field="questions", line=line, row_id=row_id, path=where,
-                         cause="bad_questions")
-    return Sample(id=row_id, line=line, source=source, summary=summary,
-                  questions=tuple(questions) if questions else None, key=key, input_hash=digest)
+    lists = {}
+    for field in ("questions", "key_facts"):
+        value = row.get(field)
+        if value is not None and not (isinstance(value, list) and all(isinstance(q, str) for q in value)):
+            raise InputError("must be a list of strings", field=field, line=line, row_id=row_id, path=where,
+                             cause=f"bad_{field}")
+        lists[field] = tuple(value) if value else None
+    if lists["questions"] and lists["key_facts"]:
+        raise InputError("gives both questions and key_facts; give one", field="key_facts", line=line,
+                         row_id=row_id, path=where, cause="bad_key_facts")
+    return Sample(id=row_id, line=line, source=source, summary=summary, key=key, input_hash=digest, **lists)
 
 
 SHARD_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")

@@ -1,14 +1,16 @@
 """Pydantic schemas of every judge stage's output: what constrained decoding may produce.
 
-Everything known in advance is in the schema: booleans (or "1"/"0") for verdicts, item counts, and caps on
-string lengths so that a degenerate model closes its JSON long before the token cap. The verdict key comes
-before the reason key, so a verdict is never conditioned on a rationalisation written first.
+Everything known in advance is in the schema: item counts, and caps on string lengths so that a degenerate model
+closes its JSON long before the token cap. Verdicts are not JSON: a YesNoVerdict is a plain "Yes" or "No" (then a
+reason, when asked), with a grammar of its own, so the verdict comes first and is read from one next-token
+distribution; a Likelihood is the judge's log-probability of a given statement, with nothing decoded.
 Schemas are built by cached factories: one class per parameter set, so each grammar is built once.
 """
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated, List, Literal
+import json
+from typing import Annotated, ClassVar, List, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -19,46 +21,92 @@ def _text(max_chars: int):
     return (str, Field(min_length=1, max_length=max_chars))
 
 
-@lru_cache(maxsize=None)
-def claim_verdict(text_chars: int, reason_chars: int | None) -> type[BaseModel]:
-    fields = {"claim": _text(text_chars), "supported": (bool, ...)}
-    if reason_chars:
-        fields["reason"] = _text(reason_chars)
-    return create_model("ClaimVerdict", __config__=_STRICT, **fields)
+class TextOutput(BaseModel):
+    """An output that is not JSON: it brings its own grammar (Lark syntax, as llguidance reads it) and parser.
+
+    Why verdicts are not JSON: measured on the embedded judge (all 274 FRANK sentences), the same question answered
+    as a plain "Yes"/"No" word gave ROC AUC 0.60, and answered through `{"supported": ` 0.32, below chance.
+    """
+    model_config = _STRICT
+
+    @classmethod
+    def lark(cls) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def from_text(cls, text: str) -> "TextOutput":  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class YesNoVerdict(TextOutput):
+    """Stages "support" and "coverage" with yes-no verdicts: "Yes" or "No", then (when asked) a reason on the next
+    line. The verdict is the first token, so it is read from one next-token distribution, and the reason, decoded
+    after it, can only explain it."""
+    verdict: bool
+    reason: str | None = None
+    reason_chars: ClassVar[int | None] = None
+
+    @classmethod
+    def lark(cls) -> str:
+        if not cls.reason_chars:
+            return 'start: "Yes" | "No"'
+        return 'start: ("Yes" | "No") "\\nReason: " /[^\\n]{1,%d}/' % cls.reason_chars
+
+    @classmethod
+    def from_text(cls, text: str) -> "YesNoVerdict":
+        word, _, rest = text.partition("\n")
+        if word not in ("Yes", "No"):
+            raise ValueError(f"a verdict must be Yes or No; got {text[:20]!r}")
+        # The grammar makes a local judge give the reason it was asked for; a served judge's missing reason costs
+        # only the explanation, never the verdict.
+        reason = rest[len("Reason: "):] if rest.startswith("Reason: ") else (rest.strip() or None)
+        return cls(verdict=word == "Yes", reason=reason)
 
 
 @lru_cache(maxsize=None)
-def claims_list(max_claims: int, text_chars: int, reason_chars: int | None) -> type[BaseModel]:
-    """Stage "claims": the summary's atomic claims, each judged against the source."""
-    item = claim_verdict(text_chars, reason_chars)
-    return create_model("ClaimsVerdictList", __config__=_STRICT,
-                        claims=(List[item], Field(min_length=1, max_length=max_claims)))
+def yes_no_verdict(reason_chars: int | None) -> type[YesNoVerdict]:
+    return type(f"YesNoVerdict{reason_chars or ''}", (YesNoVerdict,), {"reason_chars": reason_chars})
+
+
+class Likelihood(BaseModel):
+    """Stages "support" and "coverage" with likelihood verdicts: the judge's mean log-probability per token of a
+    statement (the request's continuation) after the prompt. One forward pass, nothing decoded."""
+    model_config = _STRICT
+    mean_logprob: float
+    tokens: int = Field(ge=1)
+
+
+def grammar_of(schema: type[BaseModel]) -> tuple[str, str]:
+    """(llguidance grammar format, grammar text) for a stage's output schema."""
+    if issubclass(schema, TextOutput):
+        return "lark", schema.lark()
+    return "json_schema", json.dumps(schema.model_json_schema(), sort_keys=True)
+
+
+def parse_output(schema: type[BaseModel], text: str) -> BaseModel:
+    """The judge's text as the schema's value; ValueError (pydantic's ValidationError is one) when it is not."""
+    if issubclass(schema, TextOutput):
+        return schema.from_text(text)
+    return schema.model_validate_json(text)
 
 
 @lru_cache(maxsize=None)
-def questions_list(max_questions: int, text_chars: int) -> type[BaseModel]:
-    """Stages "questions" and "ragas_questions": closed questions the source answers yes."""
+def claims_list(max_claims: int, text_chars: int) -> type[BaseModel]:
+    """Stage "claims" (atomic): the summary's claims, drawn from the summary alone. Zero claims is allowed (a summary
+    that states nothing checkable scores 0). max_claims is a safety bound, not a cap: a list that reaches it is
+    drawn again from smaller parts of the summary, never cut."""
+    return create_model("ClaimList", __config__=_STRICT,
+                        claims=(List[Annotated[str, Field(min_length=1, max_length=text_chars)]],
+                                Field(min_length=0, max_length=max_claims)))
+
+
+@lru_cache(maxsize=None)
+def questions_list(max_questions: int, text_chars: int, min_questions: int = 1) -> type[BaseModel]:
+    """Stages "questions" and "ragas_questions": closed questions the source answers yes. min_questions ==
+    max_questions asks for exactly that many (DeepEval's n)."""
     return create_model("QuestionList", __config__=_STRICT,
                         questions=(List[Annotated[str, Field(min_length=1, max_length=text_chars)]],
-                                   Field(min_length=1, max_length=max_questions)))
-
-
-@lru_cache(maxsize=None)
-def _single_verdict(name: str, key: str, reason_chars: int | None) -> type[BaseModel]:
-    fields = {key: (bool, ...)}
-    if reason_chars:
-        fields["reason"] = _text(reason_chars)
-    return create_model(name, __config__=_STRICT, **fields)
-
-
-def coverage_verdict(reason_chars: int | None) -> type[BaseModel]:
-    """Stage "coverage", one request per question: answered, then (optionally) why."""
-    return _single_verdict("CoverageVerdict", "answered", reason_chars)
-
-
-def support_verdict(reason_chars: int | None) -> type[BaseModel]:
-    """Stage "support" (long sources), one request per claim and further piece: supported, then why."""
-    return _single_verdict("SupportVerdict", "supported", reason_chars)
+                                   Field(min_length=min_questions, max_length=max_questions)))
 
 
 @lru_cache(maxsize=None)

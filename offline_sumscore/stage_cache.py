@@ -48,7 +48,8 @@ class StageCache:
     @staticmethod
     def key(judge: dict, request: StageRequest) -> str:
         material = [CACHE_FORMAT, judge.get("identity"), judge.get("dtype"), PROMPT_VERSION, request.stage,
-                    request.schema_json, list(request.messages), request.max_new_tokens, request.verdict_choice]
+                    request.schema_json, list(request.messages), request.max_new_tokens, request.verdict_choice,
+                    request.continuation]  # a likelihood request is its prompt and the statement scored after it
         return hashlib.sha256(json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
                               ).hexdigest()
 

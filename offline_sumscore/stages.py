@@ -12,21 +12,31 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .schemas import grammar_of
+
 
 @dataclass(frozen=True)
 class StageRequest:
     sample_id: str
-    stage: str  # "claims", "questions", "coverage", "keyphrases", "ragas_questions", "ragas_answers"
+    stage: str  # "claims", "questions", "support", "coverage", "keyphrases", "ragas_questions", "ragas_answers"
     messages: tuple[dict, ...]  # chat messages; the engine applies the judge's chat template
-    schema: type[BaseModel]  # what the output must validate against
+    schema: type[BaseModel]  # what the output must validate against (schemas.TextOutput: a grammar of its own)
     max_new_tokens: int | None = None  # None: the engine sizes the cap from the schema
     # The first characters of the yes and the no token where the output holds a closed-choice verdict:
-    # ("t", "f") for a boolean, ("1", "0") for Ragas's answers. The engine reads P(yes) there.
+    # ("Y", "N") for a YesNoVerdict, ("1", "0") for Ragas's answers. The engine reads P(yes) there.
     verdict_choice: tuple[str, str] | None = None
+    # A likelihood request: nothing is generated; the engine scores this text as the start of the judge's reply
+    # and answers with schemas.Likelihood (mean log-probability per token).
+    continuation: str | None = None
 
-    @cached_property  # grammar and group key; computed once per request
+    @cached_property  # cache key and output sizing; computed once per request
     def schema_json(self) -> str:
         return json.dumps(self.schema.model_json_schema(), sort_keys=True)
+
+    @cached_property
+    def grammar(self) -> tuple[str, str]:
+        """(format, text) of the grammar that constrains the output: the JSON schema, or a TextOutput's own."""
+        return grammar_of(self.schema)
 
 
 @dataclass

@@ -15,6 +15,21 @@ SOURCE = ("The city council of Lindford voted on Tuesday to build a new public l
           "Construction will begin in March and cost 4 million pounds.")
 SUMMARY = "Lindford will build a library on Mill Street for 4 million pounds."
 
+# One scripted two-axis exchange (a brought judge's design: atomic claims, questions, yes-no verdicts): three claims,
+# the third unsupported; two questions, the second missed. Alignment 2/3, coverage 1/2, score 0.5.
+CLAIMS = {"claims": ["Lindford will build a library.", "It is on Mill Street.", "It costs 5 million pounds."]}
+SUPPORT = ["Yes\nReason: stated", "Yes\nReason: stated", "No\nReason: the source says 4 million"]
+QUESTIONS = {"questions": ["Did the council vote to build a library?", "Will construction begin in March?"]}
+COVERAGE = ["Yes\nReason: says so", "No\nReason: no date given"]
+
+
+def enqueue_two_axis(scripted, times: int = 1):
+    """Queue the exchange above for `times` samples scored together."""
+    for _ in range(times):
+        scripted.enqueue("claims", CLAIMS).enqueue("questions", QUESTIONS)
+        scripted.enqueue("support", *SUPPORT).enqueue("coverage", *COVERAGE)
+    return scripted
+
 
 @pytest.fixture(autouse=True)
 def private_stage_cache(tmp_path, monkeypatch):

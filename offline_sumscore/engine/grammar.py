@@ -1,4 +1,4 @@
-"""Schema -> grammar, for a given judge's tokenizer: one matcher per row, masks for a whole batch.
+"""Schema (or a TextOutput's Lark grammar) -> grammar, for a given judge's tokenizer: one matcher per row, masks for a whole batch.
 
 Backend: outlines' llguidance backend (its tokenizer adapter and grammar compiler). It computes each token mask
 lazily from the grammar, so building a schema's grammar costs microseconds and no memory per state. outlines_core
@@ -37,29 +37,32 @@ class GrammarCache:
         self._texts: list[str] | None = None
         self._lock = threading.Lock()
 
-    def spec(self, schema_json: str):
+    def spec(self, grammar: tuple[str, str]):
+        """grammar: (format, text) as StageRequest.grammar gives it: a JSON schema or a Lark grammar."""
         with self._lock:
-            spec = self._specs.get(schema_json)
+            spec = self._specs.get(grammar)
             if spec is None:
-                schema = dict(json.loads(schema_json), **{"x-guidance": COMPACT_JSON})
-                spec = self._specs[schema_json] = self._backend.llg.grammar_from("json_schema", json.dumps(schema))
+                kind, text = grammar
+                if kind == "json_schema":
+                    text = json.dumps(dict(json.loads(text), **{"x-guidance": COMPACT_JSON}))
+                spec = self._specs[grammar] = self._backend.llg.grammar_from(kind, text)
         return spec
 
-    def matcher(self, schema_json: str):
+    def matcher(self, grammar: tuple[str, str]):
         """A fresh matcher (one row's decoding state) from the grammar built once for this schema."""
         import llguidance
 
-        m = llguidance.LLMatcher(self.llg_tokenizer, self.spec(schema_json))
+        m = llguidance.LLMatcher(self.llg_tokenizer, self.spec(grammar))
         if m.is_error():
             raise ValueError(f"grammar error: {m.get_error()}")
         return m
 
-    def processor(self, schema_json: str):
+    def processor(self, grammar: tuple[str, str]):
         """An outlines logits processor for one batch (for plain transformers `generate`, as the benchmark's
         reference rungs use)."""
         from outlines.backends.llguidance import LLGuidanceLogitsProcessor
 
-        return LLGuidanceLogitsProcessor(self.spec(schema_json), self.llg_tokenizer, "torch")
+        return LLGuidanceLogitsProcessor(self.spec(grammar), self.llg_tokenizer, "torch")
 
     def allocate_bitmask(self, rows: int):
         import llguidance.torch

@@ -9,6 +9,9 @@ with its raw text, never a score. `describe()` says which mode produced the verd
 
 Requests run concurrently (a thread pool of `concurrency`), each with a timeout; connection errors and 5xx replies
 are retried with exponential backoff. Soft scores (P(yes)) are not read from a served judge.
+Yes/No verdicts (schemas.YesNoVerdict) are asked as plain text, without response_format, and the reply's first word
+must be yes or no. Likelihood verdicts need the judge's token probabilities, which a chat API does not give: such a
+request fails loudly, and the scorer's verdicts="yes-no" is the way to use a served judge.
 """
 from __future__ import annotations
 
@@ -22,12 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from ..errors import UsageError
-from ..schemas import max_json_chars
+from ..schemas import TextOutput, max_json_chars, parse_output
 from ..stages import StageRequest, StageResult
 
 SCHEMA_MODE = "server json_schema (response_format)"
 PROMPT_MODE = "schema in the prompt, output validated here"
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
+_VERDICT_WORD = re.compile(r"\s*(yes|no)\b[.!,:;]?\s*", re.IGNORECASE)
+NO_LIKELIHOODS = ("a served judge gives no token likelihoods, so it cannot give likelihood verdicts; score with "
+                  "verdicts=\"yes-no\" (--verdicts yes-no)")
 
 
 class ServerError(Exception):
@@ -76,6 +82,10 @@ class ServedEngine:
     # -- one request ------------------------------------------------------------------------------------------
     def _one(self, request: StageRequest) -> StageResult:
         started = time.perf_counter()
+        if request.continuation is not None:
+            return StageResult(request=request, value=None, raw_output="", error=NO_LIKELIHOODS, error_kind="model")
+        if issubclass(request.schema, TextOutput):
+            return self._ask(request, "plain text, parsed here", started)
         mode = self.mode
         result = self._ask(request, mode, started)
         if mode == SCHEMA_MODE and result.error_kind in ("schema", "rejected"):
@@ -97,7 +107,9 @@ class ServedEngine:
         schema = json.loads(request.schema_json)
         messages = [dict(m) for m in request.messages]
         body = {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": self._cap(request)}
-        if mode == SCHEMA_MODE:
+        if issubclass(request.schema, TextOutput):
+            pass  # the prompt asks for the plain answer; the reply is parsed below
+        elif mode == SCHEMA_MODE:
             body["response_format"] = {"type": "json_schema",
                                        "json_schema": {"name": request.stage, "schema": schema, "strict": True}}
         else:
@@ -119,7 +131,14 @@ class ServedEngine:
         result.tokens_in, result.tokens_out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         result.decoded_tokens = result.tokens_out
         try:
-            result.value = request.schema.model_validate_json(_FENCE.sub("", text))
+            if issubclass(request.schema, TextOutput):
+                word = _VERDICT_WORD.match(text)
+                rest = text[word.end():] if word else text
+                text = f"{word.group(1).capitalize()}\nReason: {rest}" if word and rest else (
+                    word.group(1).capitalize() if word else text)
+                result.value = parse_output(request.schema, text)
+            else:
+                result.value = request.schema.model_validate_json(_FENCE.sub("", text))
         except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError and JSON errors alike
             if choice.get("finish_reason") == "length" and mode == PROMPT_MODE:
                 result.error_kind = "cap"

@@ -3,9 +3,10 @@
 One step of the loop:
 1. Admit waiting work while the token budget allows (iteration-level batching: finished rows leave after every
    step and waiting rows join, so one long generation never holds a whole batch). Work is admitted as units:
-   requests of one sample that share a token prefix (the system prompt and the source, or the summary of every
-   coverage question) form one unit whose prefix is prefilled once and whose KV cache is forked into one row per
-   request. Units are sorted longest first, so an out-of-memory error comes early.
+   requests that share a long token prefix, whichever sample they come from (a source checked against every
+   claim of every summary of it, or a summary against every coverage item), form one unit whose prefix is
+   prefilled once and whose KV cache is forked into one row per request. Units are sorted longest first, so an
+   out-of-memory error comes early.
 2. Compute every row's grammar mask on the CPU, as one bitmask for the batch, moved to the device once.
    A row whose grammar is complete is finished here, without a forward pass (logit verdicts: a verdict-only row
    costs exactly one forward pass, the one that reads the verdict).
@@ -15,6 +16,11 @@ One step of the loop:
 4. Greedy pick under the mask. Where the allowed tokens form a closed choice (true/false, "1"/"0"), P(yes) is
    read from the same distribution and kept as a soft score.
 5. Rows that hit their token cap fail with their raw text kept; nothing is ever guessed.
+Likelihood requests (StageRequest.continuation) generate nothing, so they skip the loop (_score_likelihoods): the
+prefix a group of them shares is prefilled once, its cache is expanded to the group's rows, every row's remainder
+(the end of its prompt and its continuation) runs in one right-padded pass, and the log-probability of each
+continuation token is read at the position before it. Right padding needs no mask: the pads come after every real
+token, and attention is causal.
 
 Features can be turned off one by one (shared_prefix, forced_tokens, logit_verdicts) for the benchmark ladder
 and for tests that check each against the plain path.
@@ -29,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..judge import Judge
-from ..schemas import max_json_chars
+from ..schemas import Likelihood, max_json_chars, parse_output
 from ..stages import StageRequest, StageResult
 from .batch_cache import compact_rows, merge_rows, select_rows, trim_columns
 from .grammar import BACKEND, GrammarCache
@@ -68,6 +74,9 @@ class _Row:
     decoded: int = 0
     forced: int = 0
     choice_probs: list[float] = field(default_factory=list)
+    score_from: int | None = None  # likelihood rows: index in prompt_ids of the continuation's first token
+    logprob_sum: float = 0.0  # likelihood rows: summed log-probabilities of the continuation's tokens so far
+    logprob_count: int = 0
     started: float = 0.0
     done: bool = False
     error: str | None = None
@@ -75,6 +84,12 @@ class _Row:
 
     def fail(self, kind: str, message: str) -> None:
         self.done, self.error_kind, self.error = True, kind, message
+
+    @property
+    def feed_from(self) -> int:
+        """Tokens from here on go through a step, where their logits are read: the last prompt token of a row
+        that generates, the token before the continuation of a likelihood row. All before can be prefilled."""
+        return len(self.prompt_ids) - 1 if self.score_from is None else self.score_from - 1
 
 
 @dataclass
@@ -84,8 +99,8 @@ class _Unit:
 
     @classmethod
     def alone(cls, row: _Row) -> "_Unit":
-        """A row with no prefix to share: all but its last prompt token are prefilled as its own prefix."""
-        return cls([row], row.prompt_ids[:-1])
+        """A row with no prefix to share: everything before the tokens it must feed is prefilled as its prefix."""
+        return cls([row], row.prompt_ids[:row.feed_from])
 
     @property
     def cost(self) -> int:  # tokens this unit will hold in the cache, padding aside
@@ -171,8 +186,12 @@ class TransformersEngine:
         """Context tokens left once the prompt and a realistic output allowance are in; negative: it does not fit.
         The allowance is the schema's longest unescaped output at 3 characters a token (JSON text averages more).
         """
-        prompt_ids = self.judge.tokenizer(self.judge.render(request.messages), add_special_tokens=False)["input_ids"]
-        allowance = request.max_new_tokens or (max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8)
+        tok = self.judge.tokenizer
+        prompt_ids = tok(self.judge.render(request.messages), add_special_tokens=False)["input_ids"]
+        if request.continuation is not None:
+            allowance = len(tok(request.continuation, add_special_tokens=False)["input_ids"])
+        else:
+            allowance = request.max_new_tokens or (max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8)
         return self.judge.context_length - len(prompt_ids) - allowance
 
     def _decoder(self, ids, mask, positions, cache):
@@ -189,6 +208,19 @@ class TransformersEngine:
         ids = tok(prompts, add_special_tokens=False)["input_ids"]
         rows = []
         for i, (req, prompt, prompt_ids) in enumerate(zip(requests, prompts, ids)):
+            if req.continuation is not None:
+                # The continuation is tokenized on its own, as the reply it stands for would be generated.
+                continuation = tok(req.continuation, add_special_tokens=False)["input_ids"]
+                row = _Row(index=i, request=req, prompt=prompt, prompt_ids=prompt_ids + continuation, cap=0,
+                           score_from=len(prompt_ids))
+                if not continuation:
+                    row.fail("schema", "a likelihood request needs a non-empty continuation")
+                elif len(row.prompt_ids) > self.judge.context_length:
+                    row.fail("context", f"prompt and statement of {len(row.prompt_ids)} tokens exceed the judge's "
+                                        f"{self.judge.context_length}-token context; use a shorter text or a "
+                                        f"longer-context judge")
+                rows.append(row)
+                continue
             bound = req.max_new_tokens or (max_json_chars(json.loads(req.schema_json)) + 8)
             room = self.judge.context_length - len(prompt_ids)
             row = _Row(index=i, request=req, prompt=prompt, prompt_ids=prompt_ids, cap=min(bound, room))
@@ -200,21 +232,16 @@ class TransformersEngine:
         return rows
 
     def _units(self, rows: list[_Row]) -> list[_Unit]:
-        """Group rows of one sample that share a long token prefix; everything else is a unit of one."""
-        groups: dict[str, list[_Row]] = {}
-        for row in rows:
-            key = row.request.sample_id if self.shared_prefix else f"{row.index}"
-            groups.setdefault(key, []).append(row)
+        """Group rows that share a long token prefix, across samples (every summary of one source shares the
+        source); everything else is a unit of one. Grouping depends on the prompts alone, never on timing."""
         units = []
-        for members in groups.values():
-            for part in _split_by_prefix(members) if self.shared_prefix else [[m] for m in members]:
-                prefix = _common_prefix([r.prompt_ids for r in part])
-                if len(part) == 1 or len(prefix) < MIN_SHARED_PREFIX:
-                    units.extend(_Unit.alone(r) for r in part)
-                else:
-                    # A unit never holds more rows than a batch may: split it, each piece prefilling the prefix.
-                    units.extend(_Unit(part[k:k + self.max_rows], prefix)
-                                 for k in range(0, len(part), self.max_rows))
+        for part in _split_by_prefix(rows) if self.shared_prefix else [[r] for r in rows]:
+            prefix = _common_prefix([r.prompt_ids for r in part], min(r.feed_from for r in part))
+            if len(part) == 1 or len(prefix) < MIN_SHARED_PREFIX:
+                units.extend(_Unit.alone(r) for r in part)
+            else:
+                # A unit never holds more rows than a batch may: split it, each piece prefilling the prefix.
+                units.extend(_Unit(part[k:k + self.max_rows], prefix) for k in range(0, len(part), self.max_rows))
         return sorted(units, key=lambda u: u.cost, reverse=True)
 
     # -- the loop -------------------------------------------------------------------------------------------
@@ -226,6 +253,7 @@ class TransformersEngine:
         with self._lock, torch.inference_mode():
             started = time.perf_counter()
             rows = self._rows(requests)
+            self._score_likelihoods([r for r in rows if not r.done and r.score_from is not None])
             waiting = self._units([r for r in rows if not r.done])
             active: list[_Row] = []
             cache, mask = None, None
@@ -266,6 +294,11 @@ class TransformersEngine:
                     half = len(chosen) // 2
                     waiting[:0] = chosen[half:]
                     chosen = chosen[:half]
+                elif len(chosen[0].rows) > 1:  # one unit: its rows in two halves, each prefilling the prefix
+                    unit = chosen[0]
+                    half = len(unit.rows) // 2
+                    waiting.insert(0, _Unit(unit.rows[half:], unit.prefix))
+                    chosen = [_Unit(unit.rows[:half], unit.prefix)]
                 elif active:
                     waiting.insert(0, chosen[0])
                     return cache, mask, active
@@ -310,7 +343,7 @@ class TransformersEngine:
         # Each row's own rest of the prompt (all but its last token) in a second pass over the new rows only, so
         # the running batch's steps feed one token (plus forced ones) per row instead of padding every row out to
         # the longest prompt remainder.
-        rests = [row.prompt_ids[start:-1] if joining else [] for row, start in zip(rows, starts)]
+        rests = [row.prompt_ids[start:row.feed_from] if joining else [] for row, start in zip(rows, starts)]
         width = max(len(r) for r in rests)
         if width:
             ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -325,11 +358,11 @@ class TransformersEngine:
             self.stats.forward_passes += 1
         now = time.perf_counter()
         for row, start, rest in zip(rows, starts, rests):
-            row.matcher = self.grammars.matcher(row.request.schema_json)
             row.pending = row.prompt_ids[start + len(rest):]
             row.position = start + len(rest)
             self.stats.prefill_tokens += len(row.prompt_ids) - start  # the prompt's own part
             row.started = now
+            row.matcher = self.grammars.matcher(row.request.grammar)
             if self.forced_tokens:
                 self._take_forced(row)
         return cache, mask, rows
@@ -435,6 +468,81 @@ class TransformersEngine:
             return compact_rows(cache, full_mask, active)
         return trim_columns(cache, full_mask, active)
 
+    def _score_likelihoods(self, rows: list[_Row]) -> None:
+        """Every likelihood row, group by group (rows that share a prompt prefix, whichever sample they belong to),
+        in batches within the row cap and the token budget."""
+        for group in _split_by_prefix(rows) if self.shared_prefix else [[r] for r in rows]:
+            prefix = _common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
+            size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
+            for at in range(0, len(group), size):
+                self._likelihood_batch(group[at:at + size], prefix)
+
+    def _likelihood_batch(self, batch: list[_Row], prefix: list[int]) -> None:
+        """One pass; out of memory: two halves, down to a row that cannot run alone, which fails loudly."""
+        try:
+            self._likelihood_pass(batch, prefix)
+        except self._oom:
+            self.stats.oom_splits += 1
+            if len(batch) == 1:
+                batch[0].fail("memory", OOM_ALONE)
+                return
+            half = len(batch) // 2
+            self._likelihood_batch(batch[:half], prefix)
+            self._likelihood_batch(batch[half:], prefix)
+
+    def _likelihood_pass(self, batch: list[_Row], prefix: list[int]) -> None:
+        import torch
+        from transformers import DynamicCache
+
+        now = time.perf_counter()
+        if self.fault_injector:
+            self.fault_injector("likelihood", len(batch))
+        cache = DynamicCache(config=self.judge.model.config)
+        start = len(prefix)
+        if start:
+            self._decoder(torch.tensor([prefix], device=self.device), None,
+                          torch.arange(start, device=self.device)[None], cache)
+            self.stats.forward_passes += 1
+            self.stats.prefill_tokens += start
+            cache.batch_repeat_interleave(len(batch))
+        rests = [r.prompt_ids[start:] for r in batch]
+        width = max(len(rest) for rest in rests)
+        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        for i, rest in enumerate(rests):
+            ids[i, :len(rest)] = torch.tensor(rest, dtype=torch.long)
+        positions = torch.arange(start, start + width)[None].expand(len(batch), -1)
+        hidden = self._decoder(ids.to(self.device), None, positions.to(self.device), cache).last_hidden_state
+        self.stats.forward_passes += 1
+        self.stats.prefill_tokens += sum(len(rest) for rest in rests)
+        for row in batch:
+            row.started, row.position, row.logprob_sum, row.logprob_count = now, start, 0.0, 0
+        self._read_likelihoods(batch, [len(rest) for rest in rests], hidden)
+        for row in batch:
+            row.done = True
+
+    def _read_likelihoods(self, batch: list[_Row], fed: list[int], hidden) -> None:
+        """Add the log-probability of every continuation token fed in this pass, read at the position before it.
+        The vocabulary projection runs only at those positions, a few hundred at a time."""
+        import torch
+
+        picks = []  # (row in batch, position in this pass, target token)
+        for i, row in enumerate(batch):
+            for j in range(fed[i]):
+                target = row.position + j + 1  # index in prompt_ids of the token the logits at j predict
+                if row.score_from <= target < len(row.prompt_ids):
+                    picks.append((i, j, row.prompt_ids[target]))
+        head = self.judge.model.get_output_embeddings()
+        for at in range(0, len(picks), 256):
+            part = picks[at:at + 256]
+            rows_t = torch.tensor([p[0] for p in part], device=self.device)
+            cols_t = torch.tensor([p[1] for p in part], device=self.device)
+            targets = torch.tensor([p[2] for p in part], device=self.device)
+            logits = head(hidden[rows_t, cols_t])[:, :self.vocab_size].float()
+            logp = (logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)).tolist()
+            for (i, _, _), value in zip(part, logp):
+                batch[i].logprob_sum += value
+                batch[i].logprob_count += 1
+
     def _preempt(self, active: list[_Row], waiting: list[_Unit], cache, mask):
         """Out of memory in a step: send the newest half of the rows back to wait, from scratch (greedy decoding
         makes their rerun identical), and go on with the rest."""
@@ -469,6 +577,8 @@ class TransformersEngine:
         return self._choice_masks[choice]
 
     def _result(self, row: _Row, calls: int) -> StageResult:
+        if row.score_from is not None:
+            return self._likelihood_result(row, calls)
         tok = self.judge.tokenizer
         body = [t for t in row.out if t not in self.eos_ids]
         text = tok.decode(body, skip_special_tokens=True)
@@ -481,10 +591,20 @@ class TransformersEngine:
             from pydantic import ValidationError
 
             try:
-                res.value = row.request.schema.model_validate_json(text)
-            except ValidationError as exc:
+                res.value = parse_output(row.request.schema, text)
+            except (ValidationError, ValueError) as exc:
                 res.error_kind = "schema"
                 res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+        return res
+
+    def _likelihood_result(self, row: _Row, calls: int) -> StageResult:
+        res = StageResult(request=row.request, value=None, raw_output=row.request.continuation or "",
+                          prompt=row.prompt, tokens_in=len(row.prompt_ids), tokens_out=0, batch_size=calls,
+                          error=row.error, error_kind=row.error_kind, cap=0)
+        res.seconds = time.perf_counter() - row.started if row.started else 0.0
+        if res.error is None:
+            n = row.logprob_count
+            res.value = Likelihood(mean_logprob=row.logprob_sum / n, tokens=n)
         return res
 
 
@@ -503,9 +623,9 @@ def _unpack(bitmask, vocab_size: int):
     return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()
 
 
-def _common_prefix(seqs: list[list[int]]) -> list[int]:
-    """Longest common token prefix, always leaving each sequence at least one token to feed."""
-    n = min(len(s) for s in seqs) - 1
+def _common_prefix(seqs: list[list[int]], limit: int) -> list[int]:
+    """Longest common token prefix, no longer than limit (the tokens every row must still feed come after it)."""
+    n = min(min(len(s) for s in seqs) - 1, limit)
     first = seqs[0]
     for k in range(max(n, 0)):
         if any(s[k] != first[k] for s in seqs[1:]):
@@ -514,9 +634,25 @@ def _common_prefix(seqs: list[list[int]]) -> list[int]:
 
 
 def _split_by_prefix(rows: list[_Row]) -> list[list[_Row]]:
-    """Rows of one sample whose prompts share at least MIN_SHARED_PREFIX tokens beyond the chat preamble go
-    together; a row that shares little with the rest goes alone."""
-    by_head: dict[tuple, list[_Row]] = {}
-    for row in rows:
-        by_head.setdefault(tuple(row.prompt_ids[:MIN_SHARED_PREFIX * 4]), []).append(row)
-    return list(by_head.values())
+    """Rows whose prompts share most of their tokens go together, whichever sample they belong to: rows sorted by
+    their tokens, a run of them is a group while its common prefix covers at least half of its shortest prompt (and
+    MIN_SHARED_PREFIX tokens). A shared source or summary qualifies; a shared system message alone does not, since
+    a row that shares little is better prefilled whole than fed through decode steps. Depends on the prompts only."""
+    groups: list[list[_Row]] = []
+    for row in sorted(rows, key=lambda r: r.prompt_ids):
+        if groups:
+            first, shortest = groups[-1][0], min(len(r.prompt_ids) for r in groups[-1] + [row])
+            shared = _lcp(first.prompt_ids, row.prompt_ids)  # of a sorted run: its first and its last row's
+            if shared >= max(MIN_SHARED_PREFIX, shortest // 2):
+                groups[-1].append(row)
+                continue
+        groups.append([row])
+    return groups
+
+
+def _lcp(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for k in range(n):
+        if a[k] != b[k]:
+            return k
+    return n

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from pydantic import ValidationError
 
+from ..schemas import parse_output
 from ..stages import StageRequest, StageResult
 
 
@@ -35,7 +36,8 @@ class ScriptedEngine:
             self.enqueue(stage, *items)
 
     def enqueue(self, stage: str, *replies: Any) -> "ScriptedEngine":
-        """Queue replies for a stage: dicts (dumped to JSON) or raw strings (used as the model's text)."""
+        """Queue replies for a stage: dicts (dumped to JSON) or raw strings (used as the model's text: "Yes", "No" or
+        "No\nReason: ..." for a yes-no verdict; a likelihood reply is {"mean_logprob": -1.5, "tokens": 6})."""
         self.queues[stage].extend(r if isinstance(r, str) else json.dumps(r) for r in replies)
         return self
 
@@ -68,8 +70,8 @@ class ScriptedEngine:
                 res.error_kind, res.error = "cap", f"hit the {res.cap}-token cap before the JSON closed"
             else:
                 try:
-                    res.value = req.schema.model_validate_json(text)
-                except ValidationError as exc:
+                    res.value = parse_output(req.schema, text)
+                except (ValidationError, ValueError) as exc:
                     res.error_kind = "schema"
                     res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
             results.append(res)

@@ -8,7 +8,9 @@
     metric.score, metric.reason, metric.success, metric.is_successful()
 
 As in DeepEval, the test case's `input` is the text summarised and `actual_output` the summary;
-`assessment_questions` replace the generated questions; `strict_mode` makes the score 0 unless it is 1.
+`assessment_questions` replace the generated questions; `strict_mode` makes the score 0 unless it is 1. The scorer
+runs with flavor="deepeval": exactly n questions, each asked of the source and of the summary, only those the source
+answers counted, no rounding.
 Works without deepeval installed (any object with input and actual_output); with deepeval, it subclasses
 BaseMetric, so `assert_test` and `evaluate` accept it.
 """
@@ -33,8 +35,9 @@ class LocalSummarizationMetric(_Base):
         self.async_mode, self.verbose_mode = async_mode, verbose_mode
         self.assessment_questions = list(assessment_questions) if assessment_questions else None
         # DeepEval's n is the number of generated questions.
-        self.scorer = scorer or SummarizationScorer(model, max_questions=n, threshold=self.threshold,
-                                                    strict_mode=strict_mode, include_reason=include_reason)
+        self.scorer = scorer or SummarizationScorer(model, flavor="deepeval", max_questions=n,
+                                                    threshold=self.threshold, strict_mode=strict_mode,
+                                                    include_reason=include_reason)
         self.score: float | None = None
         self.reason: str | None = None
         self.success: bool | None = None

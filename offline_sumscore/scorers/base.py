@@ -108,13 +108,18 @@ class ScorerBase:
             self._runner = CachedEngine(runner, self.cache) if self.cache is not None else runner
         return self._runner
 
-    def source_pieces(self, source: str, build: Callable[[str], StageRequest]) -> list[str]:
-        """The source whole, or split on sentence boundaries into the fewest pieces whose requests (build(piece))
-        fit the judge's context. Never truncated."""
+    def source_pieces(self, source: str, build: Callable[[str], Sequence[StageRequest]]) -> list[str]:
+        """The source whole, or split on sentence boundaries into the fewest pieces such that every request that
+        carries a piece (build(piece)) fits the judge's context. Never truncated."""
         spare = getattr(self.runner, "spare_tokens", None)
         if spare is None:
             return [source]
-        return fit_pieces(source, lambda text: spare(build(text)))
+
+        def least(text: str) -> int | None:
+            found = [s for s in (spare(r) for r in build(text)) if s is not None]
+            return min(found) if found else None
+
+        return fit_pieces(source, least)
 
     def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError

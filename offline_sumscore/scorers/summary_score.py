@@ -26,6 +26,9 @@ from ..stages import StageRequest
 from .base import Plan, ScorerBase, first_prob, require, soft_score
 
 
+SAFETY_BOUND = 50  # keyphrases and questions per list: Ragas sets no number; this only stops a degenerate list
+
+
 class SummaryScore(ScorerBase):
     """Ragas-style SummaryScore on a local judge.
 
@@ -34,12 +37,15 @@ class SummaryScore(ScorerBase):
     model : path to a model directory or .gguf file, a loaded Judge, or None for the embedded default.
     length_penalty : weigh in conciseness (default on).
     coeff : weight of conciseness, in [0, 1] (default 0.5).
-    max_questions, max_keyphrases, max_text_chars : caps that bound each stage's output.
+    max_questions, max_keyphrases : safety bounds on each list (default 50 each). As in Ragas, the judge chooses
+        how many keyphrases and questions to write; the bounds only stop a degenerate list.
+    max_text_chars : bound on each keyphrase and question.
     """
     metric = "summary-score"
 
     def __init__(self, model: Any = None, *, length_penalty: bool = True, coeff: float = 0.5,
-                 max_questions: int = 10, max_keyphrases: int = 15, max_text_chars: int = 200, **engine_options):
+                 max_questions: int = SAFETY_BOUND, max_keyphrases: int = SAFETY_BOUND, max_text_chars: int = 200,
+                 **engine_options):
         super().__init__(model, **engine_options)
         if not 0 <= coeff <= 1:
             raise UsageError(f"coeff must be between 0 and 1. Given: {coeff}")
@@ -83,18 +89,19 @@ class SummaryScore(ScorerBase):
 
         def questions_request(text: str, keyphrases: list[str], n: int) -> StageRequest:
             return StageRequest(sample.id, "ragas_questions",
-                                tuple(prompts.ragas_questions_prompt(text, keyphrases, max_questions=n)),
+                                tuple(prompts.ragas_questions_prompt(text, keyphrases)),
                                 schemas.questions_list(n, self.max_text_chars))
 
         # A text too long for the judge's context is split on sentence boundaries, sized on the questions prompt
         # with the longest keyphrase list; keyphrases and questions are drawn per piece in proportion to its length.
-        longest = ["x" * self.max_text_chars] * self.max_keyphrases
-        pieces = self.source_pieces(sample.source, lambda text: questions_request(text, longest, self.max_questions))
+        # Keyphrases are names, dates and amounts: sized at 60 characters each, the bound's worth of them.
+        longest = ["x" * min(self.max_text_chars, 60)] * self.max_keyphrases
+        pieces = self.source_pieces(sample.source, lambda text: [questions_request(text, longest, self.max_questions)])
         key = (lambda stage, k: stage) if len(pieces) == 1 else (lambda stage, k: f"{stage}.{k}")
         weights = [len(p) for p in pieces]
         drawing = [(k, n) for k, n in enumerate(allot(self.max_keyphrases, weights)) if n > 0]
         replies = yield [StageRequest(sample.id, "keyphrases",
-                                      tuple(prompts.keyphrases_prompt(pieces[k], max_keyphrases=n)),
+                                      tuple(prompts.keyphrases_prompt(pieces[k])),
                                       schemas.keyphrases_list(n, self.max_text_chars)) for k, n in drawing]
         found = {k: list(require(r, stages, key("keyphrases", k)).keyphrases) for (k, _), r in zip(drawing, replies)}
         keyphrases = [phrase for k, _ in drawing for phrase in found[k]]

@@ -1,41 +1,60 @@
 """The batching engine on the real embedded judge: every feature against the plain path it replaces.
 
-Each comparison runs the same two samples through two engine configurations and asserts the same greedy output
-(claims, verdicts, reasons, questions: exact) and the same P(yes) (to 1e-3: padding changes float sums slightly).
+The engine never knows a metric, so these tests send it a fixed mix of stage requests, the kinds the scorers send:
+JSON lists (claims, questions), yes-no verdicts with and without a reason, and likelihood requests with their
+baselines. Each comparison runs the mix through two engine configurations and asserts the same greedy text
+(exact), the same P(yes) (to 1e-3: padding changes float sums slightly) and the same likelihoods (to 1e-4).
 """
 import pytest
 import torch
 
-from offline_sumscore import SummarizationScorer, SummaryScore
+from offline_sumscore import SummaryScore, prompts, schemas
 from offline_sumscore.engine.runner import TransformersEngine
+from offline_sumscore.stages import StageRequest
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
 
-SAMPLES = [{"id": "a", "source": SOURCE, "summary": SUMMARY,
-            "questions": ["Did the council vote to build a library?", "Will construction begin in March?"]},
-           {"id": "b", "source": "Heavy rain flooded the river town of Ostby overnight. About 200 homes were "
-                                 "evacuated and schools will stay shut until Friday.",
-            "summary": "Rain flooded Ostby; 200 homes were evacuated.",
-            "questions": ["Were about 200 homes evacuated?", "Will schools stay shut until Friday?"]}]
-CAPS = dict(max_claims=2, max_text_chars=50, max_reason_chars=30)
+OTHER_SOURCE = ("Heavy rain flooded the river town of Ostby overnight. About 200 homes were evacuated and schools "
+                "will stay shut until Friday.")
+OTHER_SUMMARY = "Rain flooded Ostby; 200 homes were evacuated."
+YES_NO = ("Y", "N")
+
+
+def mix() -> list[StageRequest]:
+    reqs = []
+    for sid, source, summary, questions in (
+            ("a", SOURCE, SUMMARY, ["Did the council vote to build a library?", "Will construction begin in March?"]),
+            ("b", OTHER_SOURCE, OTHER_SUMMARY, ["Were about 200 homes evacuated?", "Will schools stay shut?"])):
+        reqs.append(StageRequest(sid, "claims", tuple(prompts.claims_prompt(summary)), schemas.claims_list(3, 50)))
+        reqs.append(StageRequest(sid, "questions", tuple(prompts.questions_prompt(source, n=2)),
+                                 schemas.questions_list(2, 50)))
+        for claim in (summary, "The town has a new mayor."):
+            reqs.append(StageRequest(sid, "support", tuple(prompts.statement_prompt(source, claim, with_reason=True)),
+                                     schemas.yes_no_verdict(30), verdict_choice=YES_NO))
+            reqs.append(StageRequest(sid, "support", tuple(prompts.likelihood_prompt(source, style="bare")),
+                                     schemas.Likelihood, continuation=claim))
+            reqs.append(StageRequest(sid, "baseline", tuple(prompts.likelihood_prompt("", style="bare")),
+                                     schemas.Likelihood, continuation=claim))
+        for question in questions:
+            reqs.append(StageRequest(sid, "coverage", tuple(prompts.question_prompt(summary, question)),
+                                     schemas.yes_no_verdict(None), verdict_choice=YES_NO))
+    return reqs
 
 
 def run(judge, **engine_options):
     engine = TransformersEngine(judge, **engine_options)
-    results = SummarizationScorer(engine=engine, **CAPS).score_many(SAMPLES)
-    return results, engine.stats
+    return engine.run(mix()), engine.stats
 
 
 def same(left, right):
     for a, b in zip(left, right):
-        strip = lambda rows, key: [{k: v for k, v in r.items() if k != key} for r in rows]
-        assert strip(a.claims, "p_supported") == strip(b.claims, "p_supported")
-        assert strip(a.coverage_verdicts, "p_answered") == strip(b.coverage_verdicts, "p_answered")
-        assert a.score == b.score
-        for x, y in zip(a.claims + a.coverage_verdicts, b.claims + b.coverage_verdicts):
-            px, py = x.get("p_supported", x.get("p_answered")), y.get("p_supported", y.get("p_answered"))
-            assert (px is None) == (py is None) and (px is None or abs(px - py) < 1e-3)
+        assert a.ok and b.ok, (a.error, b.error)
+        assert a.raw_output == b.raw_output
+        assert len(a.choice_probs) == len(b.choice_probs)
+        assert all(abs(x - y) < 1e-3 for x, y in zip(a.choice_probs, b.choice_probs))
+        if a.request.continuation is not None:
+            assert abs(a.value.mean_logprob - b.value.mean_logprob) < 1e-4 and a.value.tokens == b.value.tokens
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +71,7 @@ def test_batched_rows_equal_one_at_a_time(judge, full):
 def test_shared_prefix_rows_equal_unshared_rows(judge, full):
     unshared, stats = run(judge, shared_prefix=False)
     same(full[0], unshared)
-    assert full[1].prefill_tokens < stats.prefill_tokens  # the summary prefix was computed once per sample
+    assert full[1].prefill_tokens < stats.prefill_tokens  # each source and summary prefix was computed once
 
 
 def test_forced_tokens_and_logit_verdicts_equal_token_by_token_decoding(judge, full):
@@ -62,28 +81,35 @@ def test_forced_tokens_and_logit_verdicts_equal_token_by_token_decoding(judge, f
     assert full[1].decoded_tokens < stats.decoded_tokens and full[1].skipped_forwards > 0
 
 
-def test_logit_verdict_probability_agrees_with_the_greedy_verdict(full):
+def test_p_yes_is_on_the_same_side_as_the_decoded_verdict_and_the_reason_comes_after_it(full):
+    verdicts = [r for r in full[0] if r.request.verdict_choice == YES_NO]
+    assert len(verdicts) == 8
+    for r in verdicts:
+        assert len(r.choice_probs) == 1 and 0 < r.choice_probs[0] < 1
+        assert (r.choice_probs[0] > 0.5) == r.value.verdict == r.raw_output.startswith("Yes")
+        if r.request.schema.reason_chars:
+            assert r.raw_output.split("\n")[1].startswith("Reason: ") and r.value.reason
+
+
+def test_likelihoods_equal_a_plain_forward_pass(judge, full):
     for r in full[0]:
-        for claim in r.claims:
-            assert (claim["p_supported"] > 0.5) == claim["supported"]
-        for verdict in r.coverage_verdicts:
-            assert (verdict["p_answered"] > 0.5) == verdict["answered"]
-        assert 0 <= r.soft_alignment <= 1 and 0 <= r.soft_coverage <= 1
+        if r.request.continuation is None:
+            continue
+        tok = judge.tokenizer
+        ids = tok(judge.render(r.request.messages), add_special_tokens=False)["input_ids"]
+        cont = tok(r.request.continuation, add_special_tokens=False)["input_ids"]
+        with torch.inference_mode():
+            logp = judge.model(input_ids=torch.tensor([ids + cont])).logits[0].float().log_softmax(-1)
+        reference = sum(logp[len(ids) - 1 + k, cont[k]].item() for k in range(len(cont))) / len(cont)
+        assert r.value.tokens == len(cont) and abs(r.value.mean_logprob - reference) < 1e-4
 
 
 def test_verdict_only_rows_cost_one_forward_pass_each(judge):
     engine = TransformersEngine(judge)
-    scorer = SummarizationScorer(engine=engine, include_reason=False, **CAPS)
-    scorer.score_many(SAMPLES[:1])
-    before = engine.stats.forward_passes
-    # Claims and questions are given again, so only the coverage wave is new: 2 verdicts, batched, no reasons.
-    from offline_sumscore.stages import StageRequest
-    from offline_sumscore import prompts, schemas
-    reqs = [StageRequest("a", "coverage", tuple(prompts.coverage_prompt(SUMMARY, q, with_reason=False)),
-                         schemas.coverage_verdict(None), verdict_choice=("t", "f")) for q in SAMPLES[0]["questions"]]
+    reqs = [r for r in mix() if r.stage == "coverage" and r.sample_id == "a"]
     results = engine.run(reqs)
     assert all(r.ok and r.decoded_tokens == 1 and len(r.choice_probs) == 1 for r in results)
-    assert engine.stats.forward_passes - before == 2  # one prefill of the shared summary, one verdict pass
+    assert engine.stats.forward_passes == 2  # one prefill of the shared summary, one verdict pass for both rows
 
 
 def test_injected_out_of_memory_is_recovered_by_splitting(judge, full):
@@ -96,7 +122,7 @@ def test_injected_out_of_memory_is_recovered_by_splitting(judge, full):
 
     recovered, stats = run(judge, fault_injector=oom_once_per_kind)
     same(full[0], recovered)
-    assert set(raised) == {"prefill", "step"} and stats.oom_splits == 2
+    assert set(raised) == {"prefill", "step", "likelihood"} and stats.oom_splits == 3
 
 
 def test_summary_score_answers_through_the_engine_with_p_yes(judge):
@@ -107,19 +133,13 @@ def test_summary_score_answers_through_the_engine_with_p_yes(judge):
 
 def test_engine_text_equals_plain_transformers_generate_under_the_same_grammar(judge):
     """The hot loop against the reference it replaces: HF generate + outlines' llguidance processor, greedy."""
-    from offline_sumscore import prompts, schemas
-    from offline_sumscore.stages import StageRequest
-
     engine = TransformersEngine(judge)
-    reqs = [StageRequest("a", "coverage", tuple(prompts.coverage_prompt(SUMMARY, q, with_reason=True)),
-                         schemas.coverage_verdict(30), verdict_choice=("t", "f")) for q in SAMPLES[0]["questions"]]
-    reqs.append(StageRequest("b", "questions", tuple(prompts.questions_prompt(SOURCE, max_questions=2)),
-                             schemas.questions_list(2, 40)))
+    reqs = [r for r in mix() if r.sample_id == "a" and r.continuation is None and r.stage != "claims"]
     ours = engine.run(reqs)
     tok = judge.tokenizer
     for req, res in zip(reqs, ours):
         enc = tok([judge.render(req.messages)], return_tensors="pt", add_special_tokens=False)
-        out = judge.model.generate(**enc, logits_processor=[engine.grammars.processor(req.schema_json)],
+        out = judge.model.generate(**enc, logits_processor=[engine.grammars.processor(req.grammar)],
                                    max_new_tokens=200, do_sample=False, temperature=None, top_p=None, top_k=None,
                                    pad_token_id=tok.pad_token_id)
         reference = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)

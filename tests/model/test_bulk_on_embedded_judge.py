@@ -1,5 +1,5 @@
 """Bulk-run guarantees on the real embedded judge: kill -9 and resume, the stage cache, determinism across batch
-sizes, a source longer than the context, hostile text. Caps are small so that each test takes a minute or two.
+sizes, hostile text. Each test takes a minute or two.
 """
 import json
 import os
@@ -24,7 +24,10 @@ FACTS = [("Lindford", "a library", "March", "4 million pounds"), ("Ostby", "a br
 ROWS = [{"id": f"r{i}", "source": f"The council of {town} voted on Tuesday to build {what}. Work will begin in {month} "
                                   f"and cost {cost}. Residents welcomed the plan at a public meeting.",
          "summary": f"{town} will build {what} for {cost}."} for i, (town, what, month, cost) in enumerate(FACTS)]
-CAPS = ["--max-questions", "2", "--max-claims", "2", "--max-text-chars", "60", "--max-reason-chars", "30"]
+# Yes/No verdicts with decoded reasons: a chunk takes seconds (the embedded defaults decode nothing and take a
+# fraction of one), so a kill can land while the run is still going.
+CAPS = ["--claims", "sentences", "--coverage", "key_sentences", "--key-sentences", "2", "--verdicts", "yes-no",
+        "--max-reason-chars", "60"]
 
 
 def sumscore(src, out, cache, *extra, wait=True):
@@ -43,7 +46,7 @@ def rows_of(path):
 def test_kill_9_then_resume_gives_every_row_once_identical_to_an_uninterrupted_run_and_a_cached_rerun_is_free(
         tmp_path):
     src = tmp_path / "in.jsonl"
-    rows = ROWS[:4]  # two chunks of two: killed in the second
+    rows = ROWS  # three chunks of two: killed after the first
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     whole = sumscore(src, tmp_path / "whole.jsonl", tmp_path / "cache-a.sqlite")
     assert whole.returncode == 0, whole.stdout + whole.stderr
@@ -75,12 +78,11 @@ def test_kill_9_then_resume_gives_every_row_once_identical_to_an_uninterrupted_r
 
 
 def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
-    samples = [dict(r, questions=[f"Will work begin in {FACTS[i][2]}?", "Did residents welcome the plan?"])
+    samples = [dict(r, key_facts=[f"Work will begin in {FACTS[i][2]}.", "Residents welcomed the plan."])
                for i, r in enumerate(ROWS[:4])]
     runs = {}
     for batch_size in (1, 3, 64):
-        scorer = SummarizationScorer(engine=TransformersEngine(judge, batch_size=batch_size), max_claims=2,
-                                     include_reason=False)
+        scorer = SummarizationScorer(engine=TransformersEngine(judge, batch_size=batch_size), include_reason=False)
         runs[batch_size] = scorer.score_many(samples)
 
     def verdicts(results):
@@ -97,34 +99,22 @@ def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
     assert all(n / len(base) <= 0.1 for n in flips.values()), flips
 
 
-def test_a_source_longer_than_the_8192_token_context_is_judged_in_pieces(judge):
-    rng = random.Random(7)
-    towns = ["Lindford", "Ostby", "Harlow", "Kessel", "Brenton", "Tamsk", "Orrin", "Vale", "Corby", "Mossgiel"]
-    sentences = [f"In {1800 + i}, the town of {rng.choice(towns)} opened a {rng.choice(['harbour', 'mill', 'school'])} "
-                 f"that employed {rng.randint(5, 900)} workers." for i in range(365)]
-    source = " ".join(sentences)
-    assert len(judge.tokenizer(source)["input_ids"]) > judge.context_length
-    # One question and short caps: each piece is prefilled about once (a 4,000-token prefill is ~40 s here).
-    scorer = SummarizationScorer(judge, max_claims=2, max_questions=1, max_text_chars=60, include_reason=False)
-    r = scorer.score(source, "Towns opened harbours, mills and schools that employed hundreds of workers.")
-    assert r.source_pieces >= 2
-    assert all(s["tokens_in"] < judge.context_length for s in r.stages.values())
-    assert len(r.questions) == len(r.coverage_verdicts) == 1
-    assert all(isinstance(c["supported"], bool) for c in r.claims)
-
-
 def test_hostile_text_leaves_every_output_valid(judge):
     rows = [{"id": f"h{i}", "source": ROWS[i % len(ROWS)]["source"] + " " + text,
              "summary": ROWS[i % len(ROWS)]["summary"] + " " + text} for i, text in enumerate(HOSTILE)]
     start = judge.tokenizer.convert_tokens_to_ids("<|im_start|>")
-    two_axis = SummarizationScorer(judge, max_claims=2, max_questions=2, max_text_chars=60, max_reason_chars=30)
+    two_axis = SummarizationScorer(judge)  # the embedded defaults: likelihood verdicts
+    yes_no = SummarizationScorer(judge, claims="sentences", verdicts="yes-no", include_reason=False)
     summary_score = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60)
-    # Every hostile text through the two-axis stages; two of them through summary-score's (its prompts fence the
-    # same way, and each real-model row costs seconds here).
-    for scorer, batch in ((two_axis, rows), (summary_score, rows[2:4])):
+    # Every hostile text through the two-axis stages; two of them through the yes-no verdicts and summary-score's
+    # JSON stages (their prompts fence the same way, and each real-model row costs seconds here).
+    for scorer, batch in ((two_axis, rows), (yes_no, rows[:2]), (summary_score, rows[2:4])):
         for result in scorer.score_many([dict(r) for r in batch]):
             for stage in result.stages.values():
                 assert stage["error"] is None
-                json.loads(stage["raw_output"])  # valid JSON whatever the text asked for
+                if scorer is summary_score:
+                    json.loads(stage["raw_output"])  # valid JSON whatever the text asked for
+                elif scorer is yes_no:
+                    assert stage["raw_output"] in ("Yes", "No")
                 ids = judge.tokenizer(stage["prompt"], add_special_tokens=False)["input_ids"]
                 assert ids.count(start) == 3  # system, user, assistant: no turn forged by the data

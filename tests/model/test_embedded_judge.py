@@ -1,7 +1,9 @@
 """The real embedded judge (SmolLM2-135M-Instruct), end to end. Few and short: caps keep each verdict list small.
 
-These prove the pipeline, not quality: the embedded judge's verdicts are poor, so only validity is asserted.
+These prove the pipeline, not quality: the embedded judge's verdicts are weak, so validity is asserted, plus the
+one thing its likelihood verdicts must get right (a copied sentence is supported, an unrelated one is not).
 """
+import dataclasses
 import json
 import os
 import shutil
@@ -11,7 +13,9 @@ import time
 
 import pytest
 
-from offline_sumscore import ModelLoadError, SummarizationScorer, SummaryScore, summary_score, two_axis_score
+from offline_sumscore import (FailedRow, ModelLoadError, SummarizationScorer, SummaryScore, summary_score,
+                              two_axis_score)
+from offline_sumscore.coverage_items import key_sentences, summary_sentences
 from offline_sumscore.engine.runner import TransformersEngine
 from offline_sumscore import prompts, schemas
 from offline_sumscore.stages import StageRequest
@@ -29,20 +33,63 @@ def test_judge_loads_on_cpu_in_float32_with_its_decisions_recorded(judge):
     assert "auto" in d["decisions"]["device"] and len(d["identity"]) == 16
 
 
-def test_two_axis_valid_verdict_lists_for_a_batch_of_two(judge):
-    scorer = SummarizationScorer(judge, max_questions=2, max_claims=3, max_text_chars=60, max_reason_chars=40)
+def test_two_axis_at_the_embedded_defaults_judges_each_sentence_by_likelihood(judge):
+    assert judge.stage_defaults == {"claims": "sentences", "coverage": "key_sentences", "verdicts": "likelihood",
+                                    "prompt_style": "bare"}
+    scorer = SummarizationScorer(judge)
     results = scorer.score_many([(SOURCE, SUMMARY), (OTHER_SOURCE, OTHER_SUMMARY)])
-    for r in results:
-        assert 1 <= len(r.claims) <= 3 and all(isinstance(c["supported"], bool) for c in r.claims)
-        assert all(len(c["claim"]) <= 60 and len(c["reason"]) <= 40 for c in r.claims)
-        assert 1 <= len(r.questions) <= 2
-        assert len(r.coverage_verdicts) == len(r.questions)
-        assert all(isinstance(v["answered"], bool) for v in r.coverage_verdicts)
-        again = two_axis_score(r.claims, r.questions, r.coverage_verdicts, max_questions=2)
+    for r, summary, source in zip(results, (SUMMARY, OTHER_SUMMARY), (SOURCE, OTHER_SOURCE)):
+        assert [c["claim"] for c in r.claims] == summary_sentences(summary)  # real claims, never a verdict word
+        assert r.questions == key_sentences(source, 5) and r.coverage_from == "key_sentences"
+        for item in r.claims + r.coverage_verdicts:
+            p, yes = item.get("p_supported", item.get("p_answered")), item.get("supported", item.get("answered"))
+            assert 0 < p < 1 and yes == (item["pmi"] >= 2.0) == (p >= 0.5)
+        again = two_axis_score(r.claims, r.questions, r.coverage_verdicts)
         assert (r.score, r.alignment, r.coverage) == (again.score, again.alignment, again.coverage)
-        assert r.reason.startswith("The score is ")
-        assert r.stages["claims"]["tokens_out"] > 0 and r.stages["coverage.0"]["batch_size"] == 2 * len(r.questions)
-        assert all("<source>" not in r.stages[f"coverage.{i}"]["prompt"] for i in range(len(r.questions)))
+        assert r.reason.startswith("The score is ") and r.settings["design.verdicts"] == "likelihood"
+        assert r.stages["support.0"]["tokens_out"] == 0 and r.stages["support.0.baseline"]["prompt"]
+        assert source in r.stages["support.0"]["prompt"] and source not in r.stages["support.0.baseline"]["prompt"]
+        assert all(source not in r.stages[f"coverage.{i}"]["prompt"] for i in range(len(r.questions)))
+    # A summary copied from the source is supported; one about something else is not.
+    copied, unrelated = scorer.score_many([(SOURCE, SOURCE.split(". ")[0] + "."),
+                                           (SOURCE, "A volcano erupted in Iceland, closing three airports.")])
+    assert copied.claims[0]["pmi"] > unrelated.claims[0]["pmi"]
+    assert copied.alignment == 1 and unrelated.alignment == 0
+
+
+def test_yes_no_verdicts_on_the_real_judge_read_p_yes_on_the_decoded_side(judge):
+    scorer = SummarizationScorer(judge, claims="sentences", verdicts="yes-no", max_reason_chars=40)
+    r = scorer.score(SOURCE, SUMMARY, questions=["Did the council vote to build a library?"])
+    for item in r.claims + r.coverage_verdicts:
+        p, yes = item.get("p_supported", item.get("p_answered")), item.get("supported", item.get("answered"))
+        assert 0 < p < 1 and (p > 0.5) == yes and item["reason"]  # the reason is decoded after the verdict
+    assert r.stages["support.0"]["raw_output"].startswith(("Yes\nReason: ", "No\nReason: "))
+
+
+def test_atomic_claims_on_the_real_judge_are_valid_or_fail_loudly_at_the_bound(judge):
+    """The 135M judge cannot write atomic claims (measured: it repeats a phrase until the list is full), which is
+    why they are not its default. Either outcome keeps the contract: claims drawn from the summary alone, each judged
+    alone, or a loud failure with the raw output kept; never a cut list."""
+    scorer = SummarizationScorer(judge, claims="atomic", max_claims=3, max_text_chars=60)
+    (r,) = scorer.score_many([(SOURCE, SUMMARY)], on_error="return")
+    if isinstance(r, FailedRow):
+        assert r.error["cause"] == "claims:bound" and r.error["raw_output"].startswith('{"claims": [')
+    else:
+        assert 0 <= len(r.claims) < 3 and all(len(c["claim"]) <= 60 for c in r.claims)
+        assert SOURCE not in r.stages["claims"]["prompt"] and SUMMARY in r.stages["claims"]["prompt"]
+
+
+def test_a_long_source_whose_claim_only_its_second_piece_supports(judge):
+    # A judge with a 170-token context, sharing the embedded model: the source below (126 tokens) needs two pieces.
+    small = dataclasses.replace(judge, context_length=170)
+    filler = ("The weather in the valley was mild for most of the spring, with light rain in the mornings. "
+              "Farmers planted barley and oats in the lower fields before the first week of April. ") * 3
+    source = filler + "The Lindford library will open its doors to readers in June 2027."
+    r = SummarizationScorer(small).score(source, "The Lindford library will open its doors to readers in June 2027.")
+    assert r.source_pieces == 2
+    (claim,) = r.claims
+    assert claim["supported"] and claim["piece"] == 1
+    assert claim["p_by_piece"][0] < 0.5 < claim["p_by_piece"][1] == claim["p_supported"]
 
 
 def test_summary_score_valid_lists(judge):
@@ -55,7 +102,7 @@ def test_summary_score_valid_lists(judge):
 
 def test_token_cap_fails_loudly_with_the_raw_text_kept(judge):
     engine = TransformersEngine(judge)
-    req = StageRequest("capped", "questions", tuple(prompts.questions_prompt(SOURCE, max_questions=2)),
+    req = StageRequest("capped", "questions", tuple(prompts.questions_prompt(SOURCE, n=2)),
                        schemas.questions_list(2, 60), max_new_tokens=4)
     (res,) = engine.run([req])
     assert not res.ok and res.value is None
@@ -67,12 +114,13 @@ def test_cli_scores_a_small_file_with_the_real_model(tmp_path):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps({"id": "x", "source": SOURCE, "summary": SUMMARY}) + "\n")
     proc = subprocess.run([sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out),
-                           "--max-questions", "1", "--max-claims", "2", "--max-text-chars", "40", "--no-reason",
-                           "--quiet"], capture_output=True, text=True, timeout=600)
+                           "--key-sentences", "1", "--no-reason", "--quiet"], capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["id"] == "x" and 0 <= row["score"] <= 1 and row["reason"] is None
-    assert len(row["coverage_verdicts"]) == len(row["questions"]) == 1
+    assert len(row["coverage_verdicts"]) == len(row["questions"]) == 1 and row["claims"][0]["claim"] == SUMMARY
+    assert row["settings"]["design.claims"] == "sentences" and row["settings"]["key_sentences"] == 1
     assert row["judge"]["name"] == "SmolLM2-135M-Instruct"
     assert row["judge"]["engine"]["engine"] == "transformers" and "free memory" in row["judge"]["engine"]["capacity"]
     assert "metric two-axis: 1 rows, 0 failed" in proc.stdout
@@ -108,8 +156,8 @@ def test_conversion_is_safe_when_two_processes_run_it_at_once(tmp_path):
 
 def test_each_schema_grammar_is_built_once_and_each_row_gets_its_own_matcher(judge):
     engine = TransformersEngine(judge)
-    schema_json = StageRequest("s", "questions", (), schemas.questions_list(7, 61)).schema_json  # not used elsewhere
+    grammar = StageRequest("s", "questions", (), schemas.questions_list(7, 61)).grammar  # not used elsewhere
     before = engine.grammars.schemas_built
-    first, second = engine.grammars.matcher(schema_json), engine.grammars.matcher(schema_json)
+    first, second = engine.grammars.matcher(grammar), engine.grammars.matcher(grammar)
     assert engine.grammars.schemas_built == before + 1 and first is not second
     assert TransformersEngine(judge).grammars is engine.grammars  # a second scorer on this judge shares them

@@ -18,9 +18,12 @@ from tests.pipeline.test_bulk_runs import without_timing
 pytestmark = pytest.mark.model
 ray = pytest.importorskip("ray", reason="ray is not installed: pip install 'offline-sumscore[ray]'")
 
-CAPS = {"max_questions": 1, "max_claims": 2, "max_text_chars": 40, "include_reason": False}
-FLAGS = ["--max-questions", "1", "--max-claims", "2", "--max-text-chars", "40", "--no-reason", "--no-cache",
-         "--chunk-size", "2", "--quiet"]
+# Yes/No verdicts with decoded reasons: each chunk takes seconds, so an actor can be killed while it scores (the
+# embedded defaults decode nothing and would finish first).
+CAPS = {"claims": "sentences", "coverage": "key_sentences", "key_sentences": 2, "verdicts": "yes-no",
+        "max_reason_chars": 60}
+FLAGS = ["--claims", "sentences", "--coverage", "key_sentences", "--key-sentences", "2", "--verdicts", "yes-no",
+         "--max-reason-chars", "60", "--no-cache", "--chunk-size", "2", "--quiet"]
 
 
 def split_probabilities(rows):
@@ -32,7 +35,7 @@ def split_probabilities(rows):
         if isinstance(x, dict):
             kept = {}
             for k, v in x.items():
-                if k.startswith(("p_", "soft_")) or k == "p_yes":
+                if k.startswith(("p_", "soft_")) or k in ("p_yes", "pmi"):
                     probs.extend(v if isinstance(v, list) else [v])
                 else:
                     kept[k] = strip(v)

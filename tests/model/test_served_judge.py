@@ -53,7 +53,7 @@ def test_cli_scores_through_a_real_local_server_and_records_the_fallback(tmp_pat
                                                    "in March.", "summary": "Lindford will build a library.",
                                "questions": ["Will Lindford build a library?"]}) + "\n")
     proc = subprocess.run([sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--judge-url",
-                           served, "--judge-model", str(MODEL), "--max-claims", "1", "--max-text-chars", "40",
+                           served, "--judge-model", str(MODEL), "--max-claims", "4", "--max-text-chars", "40",
                            "--no-reason", "--no-cache", "--quiet"], capture_output=True, text=True, timeout=600)
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: the 135M judge may write JSON that fails validation
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]

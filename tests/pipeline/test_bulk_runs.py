@@ -16,8 +16,7 @@ from offline_sumscore.samples import BadRow, read_rows
 from offline_sumscore.stage_cache import StageCache
 from offline_sumscore.stages import StageRequest, StageResult
 from offline_sumscore import schemas
-from tests.conftest import write_jsonl
-from tests.pipeline.test_two_axis_scripted import CLAIMS, COVERAGE, QUESTIONS
+from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SUPPORT, enqueue_two_axis, write_jsonl
 
 GOOD = {"id": "ok", "source": "A source that is long enough to hold its summary.", "summary": "A summary."}
 
@@ -35,8 +34,7 @@ def without_timing(rows):
 
 
 def feed(scripted, n):
-    for _ in range(n):
-        scripted.enqueue("claims", CLAIMS).enqueue("questions", QUESTIONS).enqueue("coverage", *COVERAGE)
+    enqueue_two_axis(scripted, n)
 
 
 # -- bad input --------------------------------------------------------------------------------------------------
@@ -108,7 +106,7 @@ def test_text_in_other_scripts_is_scored_and_kept_verbatim(tmp_path, use_scripte
     assert result.exit_code == 0, result.output
     got = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
     assert [r["score"] for r in got] == [0.5, 0.5, 0.5]
-    assert rows[0]["source"] in got[0]["stages"]["claims"]["prompt"]
+    assert rows[0]["source"] in got[0]["stages"]["support.0"]["prompt"]
 
 
 def test_long_summary_is_scored_when_allowed(tmp_path, use_scripted):
@@ -121,25 +119,25 @@ def test_long_summary_is_scored_when_allowed(tmp_path, use_scripted):
 
 # -- judge failures: retried once, never a score -----------------------------------------------------------------
 def test_a_capped_stage_is_retried_once_with_twice_the_cap_and_keeps_the_first_attempt(scripted):
-    scripted.enqueue("claims", Truncated('{"claims": [{"claim": "Lindf'), CLAIMS)
-    scripted.enqueue("questions", QUESTIONS).enqueue("coverage", *COVERAGE)
+    scripted.enqueue("claims", Truncated('{"claims": ["Lindf'), CLAIMS)
+    scripted.enqueue("questions", QUESTIONS).enqueue("support", *SUPPORT).enqueue("coverage", *COVERAGE)
     r = SummarizationScorer(engine=scripted).score("A source that is long.", "A summary.")
     assert r.score == 0.5
     retried = [q for q in scripted.requests if q.stage == "claims"]
     assert retried[0].max_new_tokens is None and retried[1].max_new_tokens == 200  # 2 x the scripted cap of 100
     first = r.stages["claims"]["first_attempt"]
-    assert first["error_kind"] == "cap" and first["raw_output"] == '{"claims": [{"claim": "Lindf'
+    assert first["error_kind"] == "cap" and first["raw_output"] == '{"claims": ["Lindf'
 
 
 def test_a_stage_that_fails_twice_is_a_failed_row_with_its_raw_output_never_a_score(scripted):
-    scripted.enqueue("claims", Truncated('{"claims": [{"cl'), Truncated('{"claims": [{"claim'))
+    scripted.enqueue("claims", Truncated('{"claims": ["cl'), Truncated('{"claims": ["claim'))
     scripted.enqueue("questions", QUESTIONS)
     (row,) = SummarizationScorer(engine=scripted).score_many([("A source that is long.", "A summary.")],
                                                               on_error="return")
     d = row.to_dict()
     assert d["score"] is None and d["error"]["cause"] == "claims:cap"
-    assert d["error"]["raw_output"] == '{"claims": [{"claim'
-    assert d["stages"]["claims"]["first_attempt"]["raw_output"] == '{"claims": [{"cl'
+    assert d["error"]["raw_output"] == '{"claims": ["claim'
+    assert d["stages"]["claims"]["first_attempt"]["raw_output"] == '{"claims": ["cl'
 
 
 def test_an_engine_that_raises_is_retried_once_and_then_recorded(scripted):
@@ -176,7 +174,8 @@ def test_resume_after_a_torn_write_gives_the_uninterrupted_output_and_scores_onl
     feed(again, 3)  # chunk 2 is redone whole (so its batches are the uninterrupted run's), then chunk 3
     report = run_bulk(items, SummarizationScorer(engine=again), crashed, chunk_size=2, resume=True)
     assert report.torn_tail and report.resumed == 3
-    assert again.calls == [4, 4, 2, 2]  # chunk 2 (2 rows) and chunk 3 (1 row), each: claims+questions, coverage
+    # chunk 2 (2 rows) and chunk 3 (1 row), each: claims + questions, then 3 support and 2 coverage verdicts a row
+    assert again.calls == [4, 10, 2, 5]
     got = [json.loads(x) for x in crashed.read_bytes().splitlines()]
     assert without_timing(got) == without_timing([json.loads(x) for x in lines])
     assert [r["id"] for r in got] == [f"r{i}" for i in range(5)]  # every row once, in input order
@@ -209,15 +208,30 @@ def test_a_rerun_with_the_cache_sends_nothing_to_the_judge(tmp_path, use_scripte
     asked = len(use_scripted.requests)
     second = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "b.jsonl"), "--quiet"])
     assert first.exit_code == second.exit_code == 0
-    assert asked == 5 * 4 and len(use_scripted.requests) == asked  # not one request reached the judge
-    assert "20 of 20 stage requests answered from it (100%), 0 sent to the judge" in second.output
+    assert asked == 5 * 7 and len(use_scripted.requests) == asked  # not one request reached the judge
+    assert "35 of 35 stage requests answered from it (100%), 0 sent to the judge" in second.output
     a, b = ([json.loads(x) for x in (tmp_path / n).read_text().splitlines()] for n in ("a.jsonl", "b.jsonl"))
     assert without_timing(a) == without_timing(b)
     assert all(s["cached"] for r in b for s in r["stages"].values())
 
 
+def test_likelihood_requests_that_differ_only_in_their_statement_are_cached_apart(tmp_path, scripted):
+    from offline_sumscore.stage_cache import CachedEngine
+
+    prompt = ({"role": "user", "content": "<article>\nA source.\n</article>"},)
+    reqs = [StageRequest(str(i), "support", prompt, schemas.Likelihood, continuation=s) for i, s in
+            enumerate(["First statement.", "Second statement."])]
+    scripted.enqueue("support", {"mean_logprob": -1.0, "tokens": 2}, {"mean_logprob": -5.0, "tokens": 2})
+    cached = CachedEngine(scripted, StageCache(tmp_path / "c.sqlite"))
+    first = cached.run(reqs)
+    assert [r.value.mean_logprob for r in first] == [-1.0, -5.0] and len(scripted.requests) == 2  # both computed
+    again = cached.run(reqs)
+    assert [r.value.mean_logprob for r in again] == [-1.0, -5.0] and all(r.cached for r in again)
+
+
 def test_two_summaries_of_one_source_are_judged_on_the_same_questions_drawn_once(tmp_path, scripted):
-    scripted.enqueue("claims", CLAIMS, CLAIMS).enqueue("questions", QUESTIONS).enqueue("coverage", *COVERAGE * 2)
+    scripted.enqueue("claims", CLAIMS, CLAIMS).enqueue("questions", QUESTIONS).enqueue("support", *SUPPORT * 2)
+    scripted.enqueue("coverage", *COVERAGE * 2)
     scorer = SummarizationScorer(engine=scripted, cache=tmp_path / "c.sqlite")
     a, b = scorer.score_many([("One source, long enough.", "Summary one."), ("One source, long enough.", "Two.")])
     assert a.questions == b.questions == QUESTIONS["questions"]
@@ -247,24 +261,27 @@ def test_processes_share_one_cache_file_safely(tmp_path):
 
 # -- long sources ------------------------------------------------------------------------------------------------
 def test_a_source_longer_than_the_context_is_judged_in_pieces_never_truncated(scripted):
-    scripted.context_tokens = 200  # words: the source below (224) cannot fit one prompt
+    scripted.context_tokens = 150  # words: the source below (224) cannot fit one prompt (with a 63-word task)
     sentences = [f"Fact number {i} says that the harbour of town {i} opened in year {1900 + i}." for i in range(16)]
     source = " ".join(sentences)
-    scripted.enqueue("claims", {"claims": [{"claim": "Harbour 3 opened in 1903.", "supported": True, "reason": "s"},
-                                           {"claim": "Harbour 14 opened in 1914.", "supported": False, "reason": "n"}]})
-    scripted.enqueue("questions", {"questions": ["Q1?"]}, {"questions": ["Q2?"]}, {"questions": ["Q3?", "Q4?"]})
-    scripted.enqueue("support", {"supported": False, "reason": "not here"}, {"supported": True, "reason": "there"})
-    scripted.enqueue("coverage", *[{"answered": True, "reason": "r"}] * 4)
-    r = SummarizationScorer(engine=scripted, max_questions=4).score(source, "Harbours 3 and 14 opened.")
+    scripted.enqueue("claims", {"claims": ["Harbour 3 opened in 1903.", "Harbour 14 opened in 1914."]})
+    questions = ["Did harbour 1 open?", "Did harbour 7 open?", "Did harbour 12 open?", "Did harbour 15 open?"]
+    scripted.enqueue("questions", *[{"questions": [q]} for q in questions[:2]], {"questions": questions[2:]})
+    # support: each claim against each of the 3 pieces, claim by claim
+    scripted.enqueue("support", "Yes", "No", "No", "No", "No", "Yes\nReason: there")
+    scripted.enqueue("coverage", *["Yes"] * 4)
+    r = SummarizationScorer(engine=scripted, max_questions=4, prompt_style="bare").score(source,
+                                                                                         "Harbours 3 and 14 opened.")
     assert r.source_pieces == 3
-    pieces = [q.messages[1]["content"] for q in scripted.requests if q.stage == "questions"]
-    assert all(scripted.words(q) <= 200 for q in scripted.requests)
+    pieces = [q.messages[-1]["content"] for q in scripted.requests if q.stage == "questions"]
+    assert all(scripted.words(q) <= 150 for q in scripted.requests)
     assert all(s in "".join(pieces) for s in sentences)  # every sentence reached the judge
-    assert r.questions == ["Q1?", "Q2?", "Q3?", "Q4?"]  # 4 questions shared 1/1/2 by the pieces' lengths
+    assert r.questions == questions  # 4 questions shared 1/1/2 by the pieces' lengths
     assert [q.schema.model_json_schema()["properties"]["questions"]["maxItems"]
             for q in scripted.requests if q.stage == "questions"] == [1, 1, 2]
     assert [c["supported"] for c in r.claims] == [True, True] and [c["piece"] for c in r.claims] == [0, 2]
-    assert set(r.stages) >= {"claims", "questions.0", "questions.1", "questions.2", "support.1.1", "support.1.2"}
+    assert r.claims[1]["reason"] == "there"
+    assert set(r.stages) >= {"claims", "questions.0", "questions.1", "questions.2", "support.1.0", "support.1.2"}
     assert r.alignment == 1.0 and r.coverage == 1.0
 
 

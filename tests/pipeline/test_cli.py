@@ -5,8 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from offline_sumscore.cli import main
-from tests.conftest import write_jsonl
-from tests.pipeline.test_two_axis_scripted import CLAIMS, COVERAGE, QUESTIONS
+from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SUPPORT, enqueue_two_axis, write_jsonl
 
 ROWS = [{"id": "a", "source": "Source A is long enough.", "summary": "Sum A"},
         {"id": "b", "source": "Source B is long enough.", "summary": "Sum B"},
@@ -14,8 +13,7 @@ ROWS = [{"id": "a", "source": "Source A is long enough.", "summary": "Sum A"},
 
 
 def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, use_scripted):
-    for _ in ROWS:
-        use_scripted.enqueue("claims", CLAIMS).enqueue("questions", QUESTIONS).enqueue("coverage", *COVERAGE)
+    enqueue_two_axis(use_scripted, len(ROWS))
     src, out = write_jsonl(tmp_path / "in.jsonl", ROWS), tmp_path / "out.jsonl"
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--max-questions", "5", "--quiet"],
                                 catch_exceptions=False)
@@ -44,7 +42,7 @@ def test_summary_score_from_csv_with_mapped_fields(tmp_path, use_scripted):
 
 def test_failed_row_is_recorded_and_exit_code_is_one(tmp_path, use_scripted):
     use_scripted.enqueue("claims", "{broken", CLAIMS).enqueue("questions", QUESTIONS, QUESTIONS)
-    use_scripted.enqueue("coverage", *COVERAGE)
+    use_scripted.enqueue("support", *SUPPORT).enqueue("coverage", *COVERAGE)
     src, out = write_jsonl(tmp_path / "in.jsonl", ROWS[:2]), tmp_path / "out.jsonl"
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet"], catch_exceptions=False)
     assert result.exit_code == 1

@@ -7,8 +7,7 @@ from offline_sumscore.cli import main
 from offline_sumscore.formats import read_results, score_frame, write_rows
 from offline_sumscore.peers.mastra import to_mastra
 from offline_sumscore.testing import assert_summary
-from tests.conftest import write_jsonl
-from tests.pipeline.test_two_axis_scripted import CLAIMS, COVERAGE, QUESTIONS
+from tests.conftest import QUESTIONS, enqueue_two_axis, write_jsonl
 
 pd = pytest.importorskip("pandas")
 pa = pytest.importorskip("pyarrow")
@@ -18,8 +17,7 @@ ROWS = [{"id": "a", "source": "Source A is long enough to judge.", "summary": "S
 
 
 def feed(scripted, n):
-    for _ in range(n):
-        scripted.enqueue("claims", CLAIMS).enqueue("questions", QUESTIONS).enqueue("coverage", *COVERAGE)
+    enqueue_two_axis(scripted, n)
 
 
 def scored_rows(scripted):
@@ -115,7 +113,7 @@ def test_mastra_shape_names_every_field_as_mastra_does(tmp_path, use_scripted):
     (row,) = read_results(out)
     assert set(row) == {"id", "score", "reason", "preprocessStepResult", "analyzeStepResult"}
     assert row["preprocessStepResult"]["alignment"][2] == {"claim": "It costs 5 million pounds.", "supported": False,
-                                                          "reason": "source says 4"}
+                                                          "reason": "the source says 4 million"}
     assert row["preprocessStepResult"]["questions"] == QUESTIONS["questions"]
     assert row["analyzeStepResult"]["coverage"][1] == {"question": "Will construction begin in March?",
                                                       "answered": False, "reason": "no date given"}
@@ -139,7 +137,7 @@ def test_assert_summary_fails_with_the_reason_and_the_failing_verdicts(scripted)
                        scorer=SummarizationScorer(engine=scripted))
     text = str(exc.value)
     assert text.startswith("summary scored 0.50 < 0.70: The score is 0.5 because coverage")
-    assert "unsupported claim: It costs 5 million pounds. (source says 4)" in text
+    assert "unsupported claim: It costs 5 million pounds. (the source says 4 million)" in text
     assert "unanswered question: Will construction begin in March?" in text
     feed(scripted, 1)
     assert assert_summary(ROWS[0]["source"], ROWS[0]["summary"], min_score=0.5,

@@ -20,7 +20,7 @@ class Server:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.bodies.append(body)
-                status, content = outer.script.pop(0) if outer.script else (200, '{"answered": true}')
+                status, content = outer.script.pop(0) if outer.script else (200, "Yes")
                 payload = (json.dumps({"choices": [{"message": {"content": content}, "finish_reason": "stop"}],
                                        "usage": {"prompt_tokens": 11, "completion_tokens": 5}})
                            if status == 200 else content)
@@ -52,20 +52,22 @@ def server():
         s.close()
 
 
-CLAIMS = '{"claims": [{"claim": "A library will be built.", "supported": true}]}'
+CLAIMS = '{"claims": ["A library will be built."]}'
 
 
-def test_schema_mode_sends_response_format_and_keeps_the_verdicts(server):
-    srv = server([(200, CLAIMS), (200, '{"answered": false}')])
+def test_schema_mode_sends_response_format_for_json_and_plain_text_for_verdicts(server):
+    srv = server([(200, CLAIMS), (200, "Yes"), (200, "No, it does not say.")])
     engine = ServedEngine(srv.url, "judge", concurrency=1)
     r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
     assert r.alignment == 1 and r.coverage == 0 and engine.mode == SCHEMA_MODE
     assert srv.bodies[0]["response_format"]["type"] == "json_schema" and srv.bodies[0]["temperature"] == 0
+    assert "response_format" not in srv.bodies[1] and "Answer Yes or No." in srv.bodies[1]["messages"][-1]["content"]
+    assert r.coverage_verdicts[0]["reason"] == "it does not say."  # the rest of a served reply is kept as its reason
     assert r.stages["claims"]["tokens_in"] == 11 and r.judge["engine"]["structured_output"] == SCHEMA_MODE
 
 
 def test_a_server_that_ignores_the_schema_triggers_the_prompt_fallback_and_says_so(server, capsys):
-    srv = server([(200, "Sure! Here is my answer: yes"), (200, CLAIMS), (200, '```json\n{"answered": true}\n```')])
+    srv = server([(200, "Sure! Here is my answer: yes"), (200, CLAIMS), (200, "yes."), (200, "Yes")])
     engine = ServedEngine(srv.url, "judge", concurrency=1)
     r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
     assert r.score == 1.0 and engine.mode == PROMPT_MODE
@@ -74,32 +76,55 @@ def test_a_server_that_ignores_the_schema_triggers_the_prompt_fallback_and_says_
     assert "did not enforce response_format" in capsys.readouterr().err
 
 
+def test_a_verdict_that_is_not_yes_or_no_is_a_failed_stage_with_its_raw_text(server):
+    srv = server([(200, "Perhaps.")])
+    res = ServedEngine(srv.url, "judge").run(verdict_request())[0]
+    assert not res.ok and res.error_kind == "schema" and res.raw_output == "Perhaps."
+
+
+def test_likelihood_verdicts_fail_loudly_on_a_served_judge(server):
+    from offline_sumscore import schemas
+    from offline_sumscore.stages import StageRequest
+
+    srv = server([])
+    req = StageRequest("x", "support", ({"role": "user", "content": "text"},), schemas.Likelihood, continuation="c")
+    res = ServedEngine(srv.url, "judge").run([req])[0]
+    assert not res.ok and "no token likelihoods" in res.error and srv.bodies == []  # nothing was sent
+
+
 def test_a_400_naming_response_format_also_falls_back(server):
-    srv = server([(400, '{"error": "response_format is not supported"}'), (200, '{"answered": true}')])
+    srv = server([(400, '{"error": "response_format is not supported"}'), (200, CLAIMS)])
     engine = ServedEngine(srv.url, "judge", concurrency=1)
-    res = engine.run(coverage_request())[0]
+    res = engine.run(claims_request())[0]
     assert res.ok and engine.mode == PROMPT_MODE and "HTTP 400" in engine.mode_reason
 
 
-def coverage_request():
+def claims_request():
     from offline_sumscore import prompts, schemas
     from offline_sumscore.stages import StageRequest
 
-    return [StageRequest("x", "coverage", tuple(prompts.coverage_prompt("A sum.", "Q?", with_reason=False)),
-                         schemas.coverage_verdict(None), verdict_choice=("t", "f"))]
+    return [StageRequest("x", "claims", tuple(prompts.claims_prompt("A sum.")), schemas.claims_list(8, 100))]
+
+
+def verdict_request():
+    from offline_sumscore import prompts, schemas
+    from offline_sumscore.stages import StageRequest
+
+    return [StageRequest("x", "coverage", tuple(prompts.question_prompt("A sum.", "Q?")),
+                         schemas.yes_no_verdict(None), verdict_choice=("Y", "N"))]
 
 
 def test_server_errors_are_retried_with_backoff_then_recorded(server, monkeypatch):
     monkeypatch.setattr("time.sleep", lambda s: None)
-    srv = server([(503, "busy"), (503, "busy"), (200, '{"answered": true}')])
+    srv = server([(503, "busy"), (503, "busy"), (200, "Yes")])
     engine = ServedEngine(srv.url, "judge", retries=3)
-    assert engine.run(coverage_request())[0].ok and len(srv.bodies) == 3
+    assert engine.run(verdict_request())[0].ok and len(srv.bodies) == 3
     srv2 = server([(500, "down")] * 5)
-    res = ServedEngine(srv2.url, "judge", retries=2).run(coverage_request())[0]
+    res = ServedEngine(srv2.url, "judge", retries=2).run(verdict_request())[0]
     assert not res.ok and res.error_kind == "model" and "HTTP 500" in res.error and len(srv2.bodies) == 3
 
 
 def test_an_unreachable_server_is_a_failed_stage_not_a_crash(monkeypatch):
     monkeypatch.setattr("time.sleep", lambda s: None)
-    res = ServedEngine("http://127.0.0.1:9/v1", "judge", retries=1, timeout=2).run(coverage_request())[0]
+    res = ServedEngine("http://127.0.0.1:9/v1", "judge", retries=1, timeout=2).run(verdict_request())[0]
     assert res.error_kind == "model" and "could not be reached after 2 tries" in res.error

@@ -27,15 +27,19 @@ def render(tokenizer, messages):
     return judge.render(messages)
 
 
+@pytest.mark.parametrize("style", ["full", "bare"])
 @pytest.mark.parametrize("text", HOSTILE)
-def test_hostile_summary_cannot_add_turns_or_end_the_prompt(tokenizer, text):
-    ids = tokenizer(render(tokenizer, prompts.claims_prompt("A plain source.", text, max_claims=4, with_reason=True)),
-                    add_special_tokens=False)["input_ids"]
-    start, end = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
-    specials = set(tokenizer.all_special_ids) | {start, end}
-    # Exactly the template's own: system, user and the assistant turn it opens; nothing from the data.
-    assert ids.count(start) == 3 and ids.count(end) == 2
-    assert sum(i in specials for i in ids) == 5
+def test_hostile_summary_cannot_add_turns_or_end_the_prompt(tokenizer, text, style):
+    for messages in (prompts.claims_prompt(text, style=style),
+                     prompts.statement_prompt("A plain source.", text, with_reason=True, style=style),
+                     prompts.likelihood_prompt(text, style=style)):
+        ids = tokenizer(render(tokenizer, messages), add_special_tokens=False)["input_ids"]
+        start, end = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
+        specials = set(tokenizer.all_special_ids) | {start, end}
+        # Exactly the template's own: a system turn (ours, or its default one), the user turn, and the assistant
+        # turn it opens; nothing from the data.
+        assert ids.count(start) == 3 and ids.count(end) == 2
+        assert sum(i in specials for i in ids) == 5
 
 
 def test_defusing_keeps_the_text_readable_and_changes_only_special_tokens(tokenizer):
@@ -49,7 +53,9 @@ def test_defusing_keeps_the_text_readable_and_changes_only_special_tokens(tokeni
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_fences_cannot_be_closed_from_inside(text):
-    message = prompts.coverage_prompt(text, "Was the library approved?", with_reason=False)[1]["content"]
+    message = prompts.question_prompt(text, "Was the library approved?")[-1]["content"]
     body = message.split("<summary>\n", 1)[1]
     assert body.count("</summary>") == 1  # only the fence's own closing tag
     assert message.index("<question>") > message.index("</summary>")
+    statement = prompts.statement_prompt("A source.", text)[-1]["content"]
+    assert statement.split("<statement>\n", 1)[1].count("</statement>") == 1

@@ -38,7 +38,7 @@ def test_a_template_that_refuses_a_system_turn_gets_it_folded_into_the_user_turn
     tok.chat_template = NO_SYSTEM_TEMPLATE
     judge = Judge(model=None, tokenizer=tok, name="t", path="", device="cpu", dtype="float32", identity="t",
                   context_length=8192)
-    text = judge.render(prompts.coverage_prompt("A summary.", "A question?", with_reason=False))
+    text = judge.render(prompts.question_prompt("A summary.", "A question?"))
     assert text.startswith("<turn>user\nYou are a careful, literal judge") and "<turn>system" not in text
     assert judge.decisions["system_role"].startswith("folded into the first user turn")
-    assert judge.render(prompts.coverage_prompt("B.", "Q?", with_reason=False)).count("<turn>") == 2
+    assert judge.render(prompts.question_prompt("B.", "Q?")).count("<turn>") == 2

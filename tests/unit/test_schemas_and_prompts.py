@@ -11,31 +11,34 @@ from offline_sumscore import prompts, schemas
 SECRET_SOURCE = "ZEBRA-SOURCE-7741 The quarry reopened in 1998 after the flood."
 
 
-def test_claims_schema_caps_count_and_string_length_and_needs_booleans():
-    model = schemas.claims_list(2, 10, 20)
-    ok = {"claims": [{"claim": "a", "supported": True, "reason": "r"}]}
-    assert model.model_validate(ok).claims[0].supported is True
-    for bad in ({"claims": []},
-                {"claims": [{"claim": "a", "supported": True, "reason": "r"}] * 3},
-                {"claims": [{"claim": "x" * 11, "supported": True, "reason": "r"}]},
-                {"claims": [{"claim": "a", "supported": "yes", "reason": "r"}]},
-                {"claims": [{"claim": "a", "supported": True, "reason": "r", "extra": 1}]}):
+def test_claims_schema_bounds_count_and_string_length_and_allows_none():
+    model = schemas.claims_list(2, 10)
+    assert model.model_validate({"claims": []}).claims == []  # a summary may state nothing checkable
+    assert model.model_validate({"claims": ["a", "b"]}).claims == ["a", "b"]
+    for bad in ({"claims": ["a", "b", "c"]}, {"claims": ["x" * 11]}, {"claims": [""]}, {"claims": [{"claim": "a"}]},
+                {"claims": ["a"], "extra": 1}):
         with pytest.raises(ValidationError):
             model.model_validate_json(json.dumps(bad))
 
 
-def test_verdict_key_comes_before_reason_key():
-    for model, verdict in ((schemas.claim_verdict(50, 50), "supported"), (schemas.coverage_verdict(50), "answered")):
-        keys = list(model.model_json_schema()["properties"])
-        assert keys.index(verdict) < keys.index("reason")
+def test_yes_no_verdict_grammar_and_parser_put_the_verdict_first():
+    plain, reasoned = schemas.yes_no_verdict(None), schemas.yes_no_verdict(40)
+    assert plain.lark() == 'start: "Yes" | "No"'
+    assert reasoned.lark().startswith('start: ("Yes" | "No") "\\nReason: "') and "{1,40}" in reasoned.lark()
+    assert schemas.parse_output(plain, "Yes").verdict is True
+    v = schemas.parse_output(reasoned, "No\nReason: the date is 2028")
+    assert (v.verdict, v.reason) == (False, "the date is 2028")
+    for bad in ("yes", "Maybe", "", "{\"supported\": true}"):
+        with pytest.raises(ValueError):
+            schemas.parse_output(plain, bad)
+    assert schemas.grammar_of(plain) == ("lark", plain.lark())
+    assert schemas.grammar_of(schemas.claims_list(2, 10))[0] == "json_schema"
 
 
-def test_coverage_schema_is_one_boolean_verdict_per_question_request():
-    model = schemas.coverage_verdict(None)
-    assert model.model_validate({"answered": True}).answered is True
-    for bad in ({"answered": "yes"}, {}, {"answered": True, "extra": 1}, [{"answered": True}]):
-        with pytest.raises(ValidationError):
-            model.model_validate(bad)
+def test_likelihood_value_needs_a_token():
+    assert schemas.Likelihood(mean_logprob=-1.5, tokens=3).mean_logprob == -1.5
+    with pytest.raises(ValidationError):
+        schemas.Likelihood(mean_logprob=-1.5, tokens=0)
 
 
 def test_questions_schema_at_most_max_questions_and_capped_strings():
@@ -56,28 +59,37 @@ def test_ragas_answer_is_exactly_one_or_zero_string():
             model.model_validate({"answer": bad})
 
 
-def test_reasonless_schema_has_no_reason_field():
-    assert "reason" not in schemas.coverage_verdict(None).model_json_schema()["properties"]
-
-
 def test_max_json_chars_bounds_a_maximal_document():
-    model = schemas.claims_list(3, 20, 30)
-    longest = {"claims": [{"claim": '"' * 20, "supported": False, "reason": "\u0001" * 30}] * 3}
+    model = schemas.claims_list(3, 20)
+    longest = {"claims": ['"' * 19 + "\u0001"] * 3}
     text = json.dumps(longest, separators=(", ", ": "))
     assert len(text) <= schemas.max_json_chars(model.model_json_schema())
 
 
 def test_coverage_prompts_never_contain_the_source():
-    two_axis = prompts.coverage_prompt("The quarry reopened.", "Did the quarry reopen?", with_reason=True)
+    question = prompts.question_prompt("The quarry reopened.", "Did the quarry reopen?", with_reason=True)
+    fact = prompts.statement_prompt("The quarry reopened.", "The quarry reopened in 1998.")
     ragas = prompts.ragas_answer_prompt("The quarry reopened.", "Did the quarry reopen?")
-    for messages in (two_axis, ragas):
+    for messages in (question, fact, ragas):
         assert "ZEBRA-SOURCE" not in json.dumps(messages)
         assert "<source>" not in json.dumps(messages)
 
 
-def test_questions_prompt_sees_the_source_but_not_any_summary():
-    text = json.dumps(prompts.questions_prompt(SECRET_SOURCE, max_questions=4))
+def test_questions_prompt_sees_the_source_but_not_any_summary_and_claims_prompt_the_summary_only():
+    text = json.dumps(prompts.questions_prompt(SECRET_SOURCE, n=4))
     assert "ZEBRA-SOURCE-7741" in text and "<summary>" not in text and "at most 4" in text
+    assert "exactly 5" in json.dumps(prompts.questions_prompt(SECRET_SOURCE, n=5, exact=True))
+    claims = json.dumps(prompts.claims_prompt("The quarry reopened."))
+    assert "<source>" not in claims and "<article>" not in claims and "The quarry reopened." in claims
+
+
+def test_bare_style_has_no_system_message_and_full_style_states_the_principles():
+    assert [m["role"] for m in prompts.statement_prompt("T.", "S.", style="bare")] == ["user"]
+    full = prompts.statement_prompt("T.", "S.", style="full")
+    assert full[0]["role"] == "system" and "never prior knowledge" in full[0]["content"]
+    assert '"about 2020" does not state "2020"' in full[0]["content"]
+    with pytest.raises(ValueError, match="prompt style"):
+        prompts.statement_prompt("T.", "S.", style="loud")
 
 
 def test_fence_defuses_a_closing_tag_inside_the_data():
@@ -94,10 +106,10 @@ def test_importing_the_package_and_arithmetic_loads_no_torch():
 
 def test_prompts_that_run_together_share_their_opening():
     """The engine forks the KV cache of a shared prefix: the prompts must actually share one."""
-    claims = json.dumps(prompts.claims_prompt(SECRET_SOURCE, "A summary.", max_claims=3, with_reason=True))
-    questions = json.dumps(prompts.questions_prompt(SECRET_SOURCE, max_questions=3))
-    shared = len(prompts._SYSTEM) + len(SECRET_SOURCE)
-    assert claims[:shared] == questions[:shared]
-    c1 = json.dumps(prompts.coverage_prompt("The summary.", "Q one?", with_reason=False))
-    c2 = json.dumps(prompts.coverage_prompt("The summary.", "Q two?", with_reason=False))
-    assert c1[:c1.index("Q one?")] == c2[:c2.index("Q two?")]
+    for style in prompts.STYLES:
+        s1 = json.dumps(prompts.statement_prompt(SECRET_SOURCE, "Claim one.", style=style))
+        s2 = json.dumps(prompts.statement_prompt(SECRET_SOURCE, "Claim two.", style=style))
+        assert s1[:s1.index("Claim one.")] == s2[:s2.index("Claim two.")] and SECRET_SOURCE in s1[:s1.index("Claim")]
+        c1 = json.dumps(prompts.question_prompt("The summary.", "Q one?", style=style))
+        c2 = json.dumps(prompts.question_prompt("The summary.", "Q two?", style=style))
+        assert c1[:c1.index("Q one?")] == c2[:c2.index("Q two?")]
