@@ -3,7 +3,7 @@ inline SVG plots, so the page opens anywhere, offline, and can be mailed as one 
 
 Sections: the run (judge, settings, rows, failures by cause, tokens and time), the score distribution, alignment
 against coverage (two-axis) or QA against conciseness (summary-score), the share of unsupported claims and of
-missed questions, and the worst summaries with their verdicts and reasons.
+missed coverage items, and the worst summaries with their verdicts and reasons.
 """
 from __future__ import annotations
 
@@ -150,7 +150,8 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
         claims = [c for r in ok for c in r.get("claims") or []]
         verdicts = [v for r in ok for v in r.get("coverage_verdicts") or []]
         shares = [("unsupported claims", sum(not c.get("supported") for c in claims) / len(claims) if claims else 0),
-                  ("missed questions", sum(not v.get("answered") for v in verdicts) / len(verdicts) if verdicts else 0),
+                  ("missed coverage items",
+                   sum(not v.get("answered") for v in verdicts) / len(verdicts) if verdicts else 0),
                   ("summaries below threshold", sum(not r.get("passed") for r in ok) / len(ok) if ok else 0)]
     else:
         pts = [(r["qa"], r["conciseness"] if r.get("conciseness") is not None else 0, f"{r['id']}: score {r['score']:.3f}")

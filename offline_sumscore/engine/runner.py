@@ -635,18 +635,22 @@ def _common_prefix(seqs: list[list[int]], limit: int) -> list[int]:
 
 def _split_by_prefix(rows: list[_Row]) -> list[list[_Row]]:
     """Rows whose prompts share most of their tokens go together, whichever sample they belong to: rows sorted by
-    their tokens, a run of them is a group while its common prefix covers at least half of its shortest prompt (and
-    MIN_SHARED_PREFIX tokens). A shared source or summary qualifies; a shared system message alone does not, since
-    a row that shares little is better prefilled whole than fed through decode steps. Depends on the prompts only."""
+    their tokens, a run of them is a group while the run's common prefix covers at least half of its longest prompt
+    (and MIN_SHARED_PREFIX tokens). A shared source or summary qualifies; a shared system message or chat preamble
+    alone does not, since a row that shares little is better prefilled whole than fed in a remainder pass, and one
+    short prompt must not pull long ones into a group that shares only the preamble. Depends on the prompts only."""
     groups: list[list[_Row]] = []
+    shared = longest = 0  # of the last group: its common prefix (a sorted run's: first row with each) and longest
     for row in sorted(rows, key=lambda r: r.prompt_ids):
         if groups:
-            first, shortest = groups[-1][0], min(len(r.prompt_ids) for r in groups[-1] + [row])
-            shared = _lcp(first.prompt_ids, row.prompt_ids)  # of a sorted run: its first and its last row's
-            if shared >= max(MIN_SHARED_PREFIX, shortest // 2):
+            common = min(shared, _lcp(groups[-1][0].prompt_ids, row.prompt_ids))
+            widest = max(longest, len(row.prompt_ids))
+            if common >= max(MIN_SHARED_PREFIX, widest // 2):
                 groups[-1].append(row)
+                shared, longest = common, widest
                 continue
         groups.append([row])
+        shared = longest = len(row.prompt_ids)
     return groups
 
 
