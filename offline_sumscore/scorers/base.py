@@ -61,6 +61,12 @@ def drive(engine: Engine, plans: Sequence[Plan]) -> list[Any]:
     return outcomes
 
 
+def check_count(name: str, value: Any, most: int) -> None:
+    """An integer option between 1 and a sane upper bound (a mistyped 100000 is refused, not run for days)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise UsageError(f"{name} must be an integer from 1 to {most}. Given: {value}")
+
+
 def require(result: StageResult, stages: dict[str, dict], key: str | None = None) -> Any:
     """The stage's parsed value, or a loud JudgeOutputError carrying the raw output. The audit is stored under
     key (default: the stage name; per-question stages use "coverage.0", "coverage.1", ...)."""

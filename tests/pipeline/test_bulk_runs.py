@@ -93,7 +93,8 @@ def test_csv_without_the_needed_columns_is_one_line_before_anything_runs(tmp_pat
     src.write_text("id,text\n1,hello\n")
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 2
-    assert result.output.strip() == f"Error: {src}:1: CSV header lacks column(s) source, summary; it has id, text"
+    assert result.output.strip() == (f"Error: {src}:1: CSV header lacks column(s) source, summary; it has 'id,text' "
+                                     f"(split by commas: id, text)")
 
 
 def test_text_in_other_scripts_is_scored_and_kept_verbatim(tmp_path, use_scripted):
