@@ -286,6 +286,8 @@ def score(input_path, output_path, shard_rows, shard_format, output_format, metr
         except UsageError as exc:  # the scorer names its parameter; here the user typed a flag
             raise InputProblem(re.sub(r"^([a-z_]+) (?=must|should)", lambda m: f"--{m.group(1).replace('_', '-')} ",
                                       str(exc))) from None
+        if not quiet:
+            scorer.notify = lambda message: click.echo(message, err=True)
         score_chunks = None
         if engine_kind == "ray":
             from .ray_runner import score_chunks_on_ray
