@@ -139,7 +139,8 @@ def scoring_rows(items: list[dict], kind: str):
             units = [(item["id"], item["summary"], None)]
         for row_id, summary, key_facts in units:
             yield Sample(id=row_id, source=item["source"], summary=summary, key_facts=key_facts, line=item["_line"],
-                         key=f"id:{row_id}", input_hash=judged_hash(item["source"], summary, None, key_facts))
+                         key=f"id:{row_id}", input_hash=judged_hash(item["source"], summary, None, key_facts),
+                         given_id=row_id)
 
 
 def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], dict]:

@@ -28,7 +28,7 @@ DEFAULT_CHUNK_SIZE = 32
 def bad_row(item: BadRow, metric: str = "") -> dict:
     """The OUTPUT row of an input row that cannot be scored: its input error and where it came from."""
     err = item.error
-    return {"id": item.id, "metric": metric, "score": None, "stages": {},
+    return {"id": item.given_id, "metric": metric, "score": None, "stages": {},
             "error": {"stage": "input", "cause": f"input:{err.cause}", "field": err.field, "message": str(err)},
             "line": item.line, "row_key": item.key, "input_hash": item.input_hash}
 
@@ -98,7 +98,8 @@ def chunk_rows(chunk: Chunk, results: list[dict], metric: str) -> list[dict]:
 
 
 def _with_origin(item: Sample, result: dict) -> dict:
-    result.update(line=item.line, row_key=item.key, input_hash=item.input_hash)
+    # The id as INPUT gave it, with its JSON type; null for a row that gave none (its line says which).
+    result.update(id=item.given_id, line=item.line, row_key=item.key, input_hash=item.input_hash)
     return result
 
 

@@ -2,13 +2,17 @@
 default is read from the scorer's signature, so it is defined once.
 
 Exit codes: 0 every row scored; 1 some rows failed (each recorded in OUTPUT with its error); 2 bad usage or
-input. Errors are one line, never a traceback.
+input; 3 INPUT holds no rows; 130 interrupted (Ctrl-C) and 143 terminated (SIGTERM), the rows scored so far kept.
+Errors are one line, never a traceback.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
+import re
+import signal
 import sys
 import time
 from collections import Counter
@@ -19,13 +23,53 @@ from typing import Any
 import click
 
 from .bulk import DEFAULT_CHUNK_SIZE, run_bulk
-from .errors import SumscoreError
+from .errors import SumscoreError, UsageError
 from .samples import BadRow, read_rows, read_samples
 from .scorers import SummarizationScorer, SummaryScore
 from .scorers.base import ScorerBase
 
 METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}
 EXIT_ROWS_FAILED = 1
+EXIT_NO_ROWS = 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + the signal's number, as shells report them
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the run can say what it kept (Ctrl-C is Python's KeyboardInterrupt). A BaseException, as
+    KeyboardInterrupt is, so that no layer that retries a failed engine call swallows it."""
+
+
+@contextlib.contextmanager
+def _interruptible(record: str):
+    """Ctrl-C (130) or SIGTERM (143) during a run: say how many rows OUTPUT kept and how to finish, then exit."""
+    def on_term(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated) as exc:
+        from .bulk import read_finished
+
+        kept = len(read_finished(Path(record))[0]) if Path(record).exists() else 0
+        what, code = ("interrupted", EXIT_INTERRUPTED) if isinstance(exc, KeyboardInterrupt) else (
+            "terminated", EXIT_TERMINATED)
+        click.echo(f"{what}: {kept} rows kept in {record}; rerun the same command with --resume to finish",
+                   err=True)
+        sys.exit(code)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _refuse_overwriting_input(input_path: str, targets: list[str]) -> None:
+    """OUTPUT (its record, its shard folder) may not be INPUT, through any path or link, nor hold it or lie in it."""
+    source = Path(input_path).resolve()
+    for target in targets:
+        out = Path(target).resolve()
+        same = out == source or (out.exists() and source.exists() and os.path.samefile(out, source))
+        if same or out.is_relative_to(source) or source.is_relative_to(out):
+            raise click.UsageError(f"OUTPUT {target} is INPUT {input_path}, or holds it, or lies in it: scoring "
+                                   f"into it would destroy the input; choose another -o")
 
 
 class InputProblem(click.ClickException):
@@ -208,12 +252,20 @@ def score(input_path, output_path, shard_rows, shard_format, output_format, metr
         # Rows are appended to a JSONL record as they finish (what --resume reads); other formats, shapes and
         # folders of shards are written from it at the end.
         if sharded:
-            Path(output_path).mkdir(parents=True, exist_ok=True)
             record = str(Path(output_path) / "rows.jsonl.record")
         else:
             record = output_path if kind == ".jsonl" and output_format == "native" else f"{output_path}.rows.jsonl"
+        _refuse_overwriting_input(input_path, [output_path, record])
         items = list(read_rows(input_path, source_field=source_field, summary_field=summary_field,
                                id_field=id_field, allow_long_summary=allow_long_summary))
+        if not items:
+            click.echo(f"warning: {input_path} holds no rows (an empty file, or only blank lines): nothing to "
+                       f"score, OUTPUT not written", err=True)
+            sys.exit(EXIT_NO_ROWS)
+        # OUTPUT's folder is made now, before the judge loads: a typo in a path costs no model load.
+        Path(output_path).parent.mkdir(parents=True, exist_ok=True)
+        if sharded:
+            Path(output_path).mkdir(parents=True, exist_ok=True)
         bad = [item for item in items if isinstance(item, BadRow)]
         if fail_fast and bad:
             raise bad[0].error
@@ -229,7 +281,13 @@ def score(input_path, output_path, shard_rows, shard_format, output_format, metr
             engine = ServedEngine(judge_url, judge_model, concurrency=judge_concurrency, timeout=judge_timeout)
         model = opts.pop("model")
         options = _scorer_options(metric, opts)
-        scorer = METRICS[metric](model, cache=cache, engine=engine, **options)
+        try:
+            scorer = METRICS[metric](model, cache=cache, engine=engine, **options)
+        except UsageError as exc:  # the scorer names its parameter; here the user typed a flag
+            raise InputProblem(re.sub(r"^([a-z_]+) (?=must|should)", lambda m: f"--{m.group(1).replace('_', '-')} ",
+                                      str(exc))) from None
+        if not quiet:
+            scorer.notify = lambda message: click.echo(message, err=True)
         score_chunks = None
         if engine_kind == "ray":
             from .ray_runner import score_chunks_on_ray
@@ -243,10 +301,14 @@ def score(input_path, output_path, shard_rows, shard_format, output_format, metr
             score_chunks = score_chunks_on_ray(config, num_judges=num_judges, address=ray_address,
                                                gpus_per_judge=_gpus(gpus_per_judge), cpus_per_judge=cpus_per_judge)
         elif len(bad) < len(items):
+            if quiet:  # quiet means quiet: no weight-loading bars either
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
             scorer.engine  # load the judge now: a bad --model fails before OUTPUT is touched
         started = time.perf_counter()
         with click.progressbar(length=len(items), label=f"scoring ({metric})", file=sys.stderr,
-                               hidden=quiet) as bar:
+                               hidden=quiet) as bar, _interruptible(record):
             report = run_bulk(items, scorer, record, resume=resume, chunk_size=chunk_size,
                               fail_fast=fail_fast, progress=bar.update, score_chunks=score_chunks)
         if record != output_path:
@@ -312,6 +374,7 @@ def report(results, output_path, title, worst):
         page = render(rows, title=title or f"offline_sumscore: {Path(results).name}", worst=worst)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
+    Path(output_path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(output_path).with_name(Path(output_path).name + ".writing")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(output_path)

@@ -112,8 +112,20 @@ def write_rows(rows: list[dict], path: str | os.PathLike) -> None:
 
 
 def read_results(path: str | os.PathLike) -> list[dict]:
-    """Rows written by write_rows (any of the three formats), with JSON-string fields decoded again."""
-    path = Path(path)
+    """Rows written by write_rows (any of the three formats), with JSON-string fields decoded again. A file with
+    no rows, or whose rows are not results (no metric and score: an INPUT, say), is an InputError."""
+    rows = _read_results(Path(path))
+    if not rows:
+        raise InputError("holds no rows: it is not a `sumscore score` OUTPUT file", path=str(path),
+                         cause="not_results")
+    if not any("score" in r for r in rows):
+        raise InputError(f"is not a `sumscore score` OUTPUT file: its rows have no score (fields: "
+                         f"{', '.join(list(rows[0])[:6])}); give the OUTPUT of a run, not its INPUT",
+                         path=str(path), cause="not_results")
+    return rows
+
+
+def _read_results(path: Path) -> list[dict]:
     kind = output_kind(path)
     if kind == ".jsonl":
         rows = []

@@ -105,12 +105,19 @@ def _load_gguf(gguf: Path):
     _force_offline()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    import struct
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
     except ImportError as exc:
         raise ModelLoadError(f"loading {gguf} needs the gguf and accelerate packages: pip install gguf accelerate "
                              f"({exc})") from exc
+    except (struct.error, ValueError, EOFError, IndexError, KeyError, OSError) as exc:
+        # A cut-off or damaged file fails deep in the GGUF reader (struct.error at 1 MB, a reshape error at 50 MB).
+        raise ModelLoadError(f"{gguf} is truncated or corrupt ({gguf.stat().st_size} bytes) and cannot be read as "
+                             f"GGUF: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; copy "
+                             f"the file again") from None
     return model, tokenizer
 
 

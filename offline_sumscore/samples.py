@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import itertools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -34,6 +35,7 @@ class Sample:
     line: int | None = None
     key: str = ""  # resume key: "id:<id>" when the row names an id, else "line:<n>"
     input_hash: str = ""  # hash of the row's judged content: a resumed run checks it against OUTPUT's row
+    given_id: Any = None  # the id as the input gave it (a JSON string, number or boolean), None if it gave none
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class BadRow:
     key: str
     input_hash: str
     error: InputError
+    given_id: Any = None  # as for Sample: what OUTPUT's row shows as its id
 
 
 def content_hash(*parts: Any) -> str:
@@ -57,12 +60,15 @@ def judged_hash(source: Any, summary: Any, questions: Any = None, key_facts: Any
 
 
 def check_text(value: Any, field: str, *, line: int | None = None, row_id: str | None = None,
-               path: str | None = None) -> str:
+               path: str | None = None, python: bool = False) -> str:
+    """value as a text to judge, or an InputError naming the row and field. python: the value came from a Python
+    call, so a missing one is None (not JSON's null)."""
     def bad(rule: str, cause: str) -> InputError:
         return InputError(rule, field=field, line=line, row_id=row_id, path=path, cause=cause)
 
     if not isinstance(value, str):
-        raise bad(f"must be a string; got {'null' if value is None else type(value).__name__}", "not_a_string")
+        missing = "None" if python else "null"
+        raise bad(f"must be a string; got {missing if value is None else type(value).__name__}", "not_a_string")
     if not value.strip():
         raise bad("is empty or whitespace-only; each row needs text to judge", "empty_text")
     if m := _UNDECODABLE.search(value):
@@ -79,15 +85,18 @@ def as_sample(item: Any, index: int) -> Sample:
     if isinstance(item, Sample):
         return item
     if isinstance(item, dict):
-        row_id = str(item.get("id", index))
+        given = item.get("id")
+        row_id = str(given if given is not None else index)
+        # An error names the id the caller gave, or the item's position: never an id it did not give.
+        where = {"row_id": str(given)} if given is not None else {"path": f"item {index}"}
         questions, key_facts = item.get("questions"), item.get("key_facts")
-        return Sample(id=row_id, source=check_text(item.get("source"), "source", row_id=row_id),
-                      summary=check_text(item.get("summary"), "summary", row_id=row_id),
+        return Sample(id=row_id, source=check_text(item.get("source"), "source", python=True, **where),
+                      summary=check_text(item.get("summary"), "summary", python=True, **where),
                       questions=tuple(questions) if questions is not None else None,
                       key_facts=tuple(key_facts) if key_facts is not None else None)
     if isinstance(item, (tuple, list)) and len(item) == 2:
-        return Sample(id=str(index), source=check_text(item[0], "source", row_id=str(index)),
-                      summary=check_text(item[1], "summary", row_id=str(index)))
+        return Sample(id=str(index), source=check_text(item[0], "source", path=f"item {index}", python=True),
+                      summary=check_text(item[1], "summary", path=f"item {index}", python=True))
     raise InputError(f"item {index} must be a (source, summary) pair or a dict with source and summary; "
                      f"got {type(item).__name__}")
 
@@ -110,37 +119,49 @@ def read_rows(path: str | Path, *, source_field: str = "source", summary_field: 
                                allow_long_summary=allow_long_summary)
         return
     where = str(path)
-    if path.suffix.lower() == ".csv":
+    kind = input_kind(path)
+    if kind in (".csv", ".tsv"):
         rows = _csv_rows(path, [source_field, summary_field])
-    elif path.suffix.lower() == ".parquet" or path.is_dir():
+    elif kind == ".parquet":
         from .formats import table_rows  # Parquet and save_to_disk directories: rows numbered from 1
 
         rows = table_rows(path)
     else:
         rows = _jsonl_rows(path)
+    # Ids keep their JSON type: 1 and "1" are two ids, and 8.5 comes back as 8.5. A row without an id is known by
+    # its line, and its OUTPUT id is null, so no made-up id can equal a real one.
     first_seen: dict[str, int | None] = {}
     for line, row in rows:
         if isinstance(row, InputError):
-            yield BadRow(id=str(line), line=line, key=f"line:{line}", input_hash=content_hash(str(row)), error=row)
+            yield BadRow(id=f"line:{line}", line=line, key=f"line:{line}", input_hash=content_hash(str(row)),
+                         error=row)
             continue
-        given = row.get(id_field) not in (None, "")
-        row_id = str(row[id_field]) if given else str(line)
-        key = f"id:{row_id}" if given else f"line:{line}"
+        value = row.get(id_field)
+        given = value not in (None, "")
+        typed = json.dumps(value, sort_keys=True, ensure_ascii=False) if given else None
+        row_id = (value if isinstance(value, str) else typed) if given else None  # as messages show it
+        key = (f"id:{value}" if isinstance(value, str) else f"id#json:{typed}") if given else f"line:{line}"
         digest = judged_hash(row.get(source_field), row.get(summary_field), row.get("questions"),
                              row.get("key_facts"))
-        if given and row_id in first_seen:
-            yield BadRow(id=row_id, line=line, key=f"line:{line}", input_hash=digest, error=InputError(
-                f"repeats the id of line {first_seen[row_id]}; ids must be unique, so that results and resumed runs "
+        name = row_id if given else f"line:{line}"
+        if given and not isinstance(value, (str, int, float, bool)):
+            yield BadRow(id=name, line=line, key=f"line:{line}", input_hash=digest, error=InputError(
+                f"must be a string, a number or a boolean; got {'an object' if isinstance(value, dict) else 'a list'}",
+                field=id_field, line=line, path=where, cause="bad_id"))
+            continue
+        if given and typed in first_seen:
+            yield BadRow(id=name, line=line, key=f"line:{line}", input_hash=digest, given_id=value, error=InputError(
+                f"repeats the id of line {first_seen[typed]}; ids must be unique, so that results and resumed runs "
                 f"can be matched to rows", field=id_field, line=line, row_id=row_id, path=where, cause="duplicate_id"))
             continue
         if given:
-            first_seen[row_id] = line
+            first_seen[typed] = line
         try:
             sample = _sample(row, line, row_id, key, digest, where, source_field, summary_field, allow_long_summary)
         except InputError as exc:
-            yield BadRow(id=row_id, line=line, key=key, input_hash=digest, error=exc)
+            yield BadRow(id=name, line=line, key=key, input_hash=digest, given_id=value if given else None, error=exc)
             continue
-        yield sample
+        yield replace(sample, id=name, given_id=value if given else None)
 
 
 def _sample(row: dict, line: int, row_id: str, key: str, digest: str, where: str, source_field: str,
@@ -173,8 +194,6 @@ SHARD_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 def _shard_rows(folder: Path, **options) -> Iterator[Sample | BadRow]:
     """A folder of shards (JSONL, CSV or Parquet files), in name order, as one input. A row without an id is keyed
     by its shard and line; an id repeated in a later shard is a bad row, as within one file."""
-    from dataclasses import replace
-
     shards = sorted(p for p in folder.iterdir() if p.suffix.lower() in SHARD_SUFFIXES)
     if not shards:
         raise InputError(f"is a directory with no {', '.join(SHARD_SUFFIXES)} shards and no datasets state.json",
@@ -182,16 +201,17 @@ def _shard_rows(folder: Path, **options) -> Iterator[Sample | BadRow]:
     first_seen: dict[str, str] = {}
     for shard in shards:
         for item in read_rows(shard, **options):
-            key = item.key if item.key.startswith("id:") else f"line:{shard.name}:{item.line}"
-            if item.key.startswith("id:") and isinstance(item, Sample):
-                if item.id in first_seen:
+            named = item.key.startswith(("id:", "id#json:"))
+            key = item.key if named else f"line:{shard.name}:{item.line}"
+            if named and isinstance(item, Sample):
+                if item.key in first_seen:  # the key tells 1 from "1", as within one file
                     yield BadRow(id=item.id, line=item.line, key=f"line:{shard.name}:{item.line}",
-                                 input_hash=item.input_hash, error=InputError(
-                                     f"repeats the id of a row in {first_seen[item.id]}; ids must be unique",
+                                 input_hash=item.input_hash, given_id=item.given_id, error=InputError(
+                                     f"repeats the id of a row in {first_seen[item.key]}; ids must be unique",
                                      field=options.get("id_field", "id"), line=item.line, row_id=item.id,
                                      path=str(shard), cause="duplicate_id"))
                     continue
-                first_seen[item.id] = shard.name
+                first_seen[item.key] = shard.name
             yield replace(item, key=key)
 
 
@@ -203,42 +223,106 @@ def read_samples(path: str | Path, **options) -> Iterator[Sample]:
         yield item
 
 
+TEXT_KINDS = (".jsonl", ".json", ".ndjson", ".csv", ".tsv")
+CSV_DELIMITERS = (",", ";", "\t", "|")
+
+
+def input_kind(path: Path) -> str:
+    """What INPUT is, by its name: a text kind (optionally gzipped), or ".parquet" for Parquet files and save_to_disk
+    directories. Any other name is an InputError that says what is read."""
+    if path.is_dir():
+        return ".parquet"
+    suffixes = [s.lower() for s in path.suffixes[-2:]]
+    gzipped = suffixes[-1:] == [".gz"]
+    inner = (suffixes[-2] if len(suffixes) == 2 else "") if gzipped else (suffixes[-1] if suffixes else "")
+    if inner in TEXT_KINDS or (inner == ".parquet" and not gzipped):
+        return inner
+    raise InputError(f"has a name ({path.name}) that says no format this reads: INPUT is JSONL (.jsonl, .ndjson), "
+                     f"a JSON array or JSONL (.json), CSV (.csv), TSV (.tsv), any of these gzipped (.gz), Parquet "
+                     f"(.parquet), or a datasets save_to_disk directory", path=str(path), cause="unknown_format")
+
+
+def _text_lines(path: Path) -> Iterator[str]:
+    """The file's lines, gunzipped when it ends in .gz, decoded as UTF-8 with surrogateescape (so one undecodable
+    byte fails its row, where check_text names the field, not the whole file), a byte-order mark dropped."""
+    import gzip
+
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="surrogateescape", newline="") as fh:
+            first = True
+            for text in fh:
+                if first:
+                    text, first = text.removeprefix("\ufeff"), False
+                yield text
+    except (OSError, EOFError) as exc:  # a corrupt or truncated gzip stream
+        raise InputError(f"cannot be read: {exc}", path=str(path), cause="bad_file") from None
+
+
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | InputError]]:
-    # Bytes are decoded with surrogateescape so one undecodable byte fails its row (check_text names the field),
-    # not the whole file.
-    with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-        for line, text in enumerate(fh, 1):
-            if not text.strip():
-                continue
-            try:
-                row = json.loads(text)
-            except json.JSONDecodeError as exc:
-                cause = "invalid_utf8" if _UNDECODABLE.search(text) else "invalid_json"
-                yield line, InputError(f"is not valid JSON ({exc.msg} at column {exc.colno})", line=line,
-                                       path=str(path), cause=cause)
-                continue
-            if not isinstance(row, dict):
-                yield line, InputError(f"must be a JSON object; got {type(row).__name__}", line=line,
-                                       path=str(path), cause="invalid_json")
-                continue
-            yield line, row
+    lines = _text_lines(path)
+    head = next(lines, "")
+    if head.lstrip().startswith("["):  # a JSON array (one line or pretty-printed): its elements are the rows
+        yield from _array_rows(path, head + "".join(lines))
+        return
+    for line, text in enumerate(itertools.chain([head], lines), 1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError as exc:
+            cause = "invalid_utf8" if _UNDECODABLE.search(text) else "invalid_json"
+            yield line, InputError(f"is not valid JSON ({exc.msg} at column {exc.colno})", line=line,
+                                   path=str(path), cause=cause)
+            continue
+        if not isinstance(row, dict):
+            yield line, InputError(f"must be a JSON object; got {type(row).__name__}", line=line,
+                                   path=str(path), cause="invalid_json")
+            continue
+        yield line, row
+
+
+def _array_rows(path: Path, text: str) -> Iterator[tuple[int, dict | InputError]]:
+    """The elements of a JSON array, numbered from 1 (an element that is not an object fails alone)."""
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"starts as a JSON array but is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                         f"{exc.colno})", path=str(path), cause="invalid_json") from None
+    if not isinstance(items, list):
+        raise InputError("is not a JSON array of objects", path=str(path), cause="invalid_json")
+    for n, row in enumerate(items, 1):
+        if isinstance(row, dict):
+            yield n, row
+        else:
+            yield n, InputError(f"(element {n} of the JSON array) must be a JSON object; got {type(row).__name__}",
+                                line=n, path=str(path), cause="invalid_json")
 
 
 def _csv_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict | InputError]]:
-    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = reader.fieldnames or []
-        missing = [f for f in needed if f not in header]
-        if missing:
-            raise InputError(f"CSV header lacks column(s) {', '.join(missing)}; it has {', '.join(header) or 'none'}",
-                             line=1, path=str(path), cause="csv_columns")
-        start = reader.line_num + 1
-        for row in reader:
-            line, start = start, reader.line_num + 1  # a quoted field may span lines: report where the row starts
-            extra, short = row.get(None), [k for k, v in row.items() if v is None]
-            if extra or short:
-                count = len(header) + len(extra or []) - len(short)
-                yield line, InputError(f"has {count} fields; the header has {len(header)}", line=line,
-                                       path=str(path), cause="csv_columns")
-                continue
-            yield line, row
+    lines = _text_lines(path)
+    first = next(lines, "")
+    # The delimiter: a tab for .tsv; for .csv the one of , ; tab | whose split of the header holds the needed
+    # columns (a spreadsheet in a comma-decimal locale writes semicolons).
+    candidates = ("\t",) if ".tsv" in [s.lower() for s in path.suffixes] else CSV_DELIMITERS
+    split = {d: next(csv.reader([first], delimiter=d), []) for d in candidates}
+    delimiter = next((d for d in candidates if all(f in split[d] for f in needed)), candidates[0])
+    reader = csv.DictReader(itertools.chain([first], lines), delimiter=delimiter)
+    header = reader.fieldnames or []
+    missing = [f for f in needed if f not in header]
+    if missing:
+        named = {",": "commas", ";": "semicolons", "\t": "tabs", "|": "pipes"}
+        seen = "; ".join(f"split by {named[d]}: {', '.join(split[d])}" for d in candidates if len(split[d]) > 1)
+        raise InputError(f"CSV header lacks column(s) {', '.join(missing)}; it has {first.strip()!r}"
+                         + (f" ({seen})" if seen else " (one column, whatever the delimiter)"),
+                         line=1, path=str(path), cause="csv_columns")
+    start = reader.line_num + 1
+    for row in reader:
+        line, start = start, reader.line_num + 1  # a quoted field may span lines: report where the row starts
+        extra, short = row.get(None), [k for k, v in row.items() if v is None]
+        if extra or short:
+            count = len(header) + len(extra or []) - len(short)
+            yield line, InputError(f"has {count} fields; the header has {len(header)}", line=line,
+                                   path=str(path), cause="csv_columns")
+            continue
+        yield line, row

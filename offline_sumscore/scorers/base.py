@@ -61,6 +61,12 @@ def drive(engine: Engine, plans: Sequence[Plan]) -> list[Any]:
     return outcomes
 
 
+def check_count(name: str, value: Any, most: int) -> None:
+    """An integer option between 1 and a sane upper bound (a mistyped 100000 is refused, not run for days)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+        raise UsageError(f"{name} must be an integer from 1 to {most}. Given: {value}")
+
+
 def require(result: StageResult, stages: dict[str, dict], key: str | None = None) -> Any:
     """The stage's parsed value, or a loud JudgeOutputError carrying the raw output. The audit is stored under
     key (default: the stage name; per-question stages use "coverage.0", "coverage.1", ...)."""
@@ -84,6 +90,7 @@ class ScorerBase:
             if value is not None and value < 1:
                 raise UsageError(f"{name} must be >= 1. Given: {value}")
         self._model, self._engine, self._runner = model, engine, None
+        self.notify: Callable[[str], None] | None = None  # where to say that a row's source goes in pieces
         self.device, self.dtype, self.batch_size, self.token_budget = device, dtype, batch_size, token_budget
         self.cache = cache if cache is None or isinstance(cache, StageCache) else StageCache(cache)
 
@@ -119,7 +126,12 @@ class ScorerBase:
             found = [s for s in (spare(r) for r in build(text)) if s is not None]
             return min(found) if found else None
 
-        return fit_pieces(source, least)
+        pieces = fit_pieces(source, least)
+        if len(pieces) > 1 and self.notify:
+            first = build(pieces[0])[0]
+            self.notify(f"row {first.sample_id}: its source ({len(source):,} characters) is longer than the judge's "
+                        f"context; judged in {len(pieces)} pieces")
+        return pieces
 
     def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -23,7 +23,7 @@ from ..errors import UsageError
 from ..results import SummaryScoreResult
 from ..samples import Sample, check_text
 from ..stages import StageRequest
-from .base import Plan, ScorerBase, first_prob, require, soft_score
+from .base import Plan, ScorerBase, check_count, first_prob, require, soft_score
 
 
 SAFETY_BOUND = 50  # keyphrases and questions per list: Ragas sets no number; this only stops a degenerate list
@@ -49,10 +49,9 @@ class SummaryScore(ScorerBase):
         super().__init__(model, **engine_options)
         if not 0 <= coeff <= 1:
             raise UsageError(f"coeff must be between 0 and 1. Given: {coeff}")
-        for name, value in (("max_questions", max_questions), ("max_keyphrases", max_keyphrases),
-                            ("max_text_chars", max_text_chars)):
-            if not isinstance(value, int) or value < 1:
-                raise UsageError(f"{name} must be an integer >= 1. Given: {value}")
+        for name, value, most in (("max_questions", max_questions, 200), ("max_keyphrases", max_keyphrases, 200),
+                                  ("max_text_chars", max_text_chars, 10_000)):
+            check_count(name, value, most)
         self.length_penalty, self.coeff = length_penalty, coeff
         self.max_questions, self.max_keyphrases, self.max_text_chars = max_questions, max_keyphrases, max_text_chars
 
@@ -64,13 +63,13 @@ class SummaryScore(ScorerBase):
 
     def score(self, source: str | Sequence[str] | None = None, summary: str | None = None, *,
               reference_contexts: Sequence[str] | None = None, response: str | None = None,
-              id: str = "0") -> SummaryScoreResult:
+              id: str | None = None) -> SummaryScoreResult:
         """score(text, summary), or with Ragas's names: score(reference_contexts=[...], response=...)."""
         return self._score_one(self._sample(source, summary, reference_contexts, response, id))
 
     async def ascore(self, source: str | Sequence[str] | None = None, summary: str | None = None, *,
                      reference_contexts: Sequence[str] | None = None, response: str | None = None,
-                     id: str = "0") -> SummaryScoreResult:
+                     id: str | None = None) -> SummaryScoreResult:
         return await self._ascore_one(self._sample(source, summary, reference_contexts, response, id))
 
     @staticmethod
@@ -80,9 +79,11 @@ class SummaryScore(ScorerBase):
         if (summary is None) == (response is None):
             raise UsageError("give the summary once: as summary or as response")
         text = join_contexts(source if source is not None else reference_contexts)
-        return Sample(id=id, source=check_text(text, "reference_contexts" if source is None else "source", row_id=id),
+        return Sample(id=id if id is not None else "0",
+                      source=check_text(text, "reference_contexts" if source is None else "source", row_id=id,
+                                        python=True),
                       summary=check_text(summary if summary is not None else response,
-                                         "response" if summary is None else "summary", row_id=id))
+                                         "response" if summary is None else "summary", row_id=id, python=True))
 
     def plan(self, sample: Sample) -> Plan:
         stages: dict[str, dict] = {}

@@ -35,7 +35,7 @@ from ..errors import JudgeOutputError, UsageError
 from ..results import SummarizationResult
 from ..samples import Sample, check_text
 from ..stages import StageRequest, StageResult
-from .base import Plan, ScorerBase, first_prob, require, soft_score
+from .base import Plan, ScorerBase, check_count, first_prob, require, soft_score
 
 YES_NO = ("Y", "N")  # a YesNoVerdict's yes and no tokens start with these
 CLAIM_PART_SENTENCES = 8  # atomic claims are asked of at most this many summary sentences at a time
@@ -127,11 +127,10 @@ class SummarizationScorer(ScorerBase):
         self.prompt_style = _choose("prompt_style", prompt_style, prompts.STYLES)
         if max_questions is None:
             max_questions = 10 if flavor == "mastra" else 5
-        for name, value in (("max_questions", max_questions), ("key_sentences", key_sentences),
-                            ("max_claims", max_claims), ("max_text_chars", max_text_chars),
-                            ("max_reason_chars", max_reason_chars)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UsageError(f"{name} must be an integer >= 1. Given: {value}")
+        for name, value, most in (("max_questions", max_questions, 200), ("key_sentences", key_sentences, 200),
+                                  ("max_claims", max_claims, 1_000), ("max_text_chars", max_text_chars, 10_000),
+                                  ("max_reason_chars", max_reason_chars, 10_000)):
+            check_count(name, value, most)
         if not scale > 0:
             raise UsageError(f"scale must be > 0. Given: {scale}")
         if not 0 <= threshold <= 1:
@@ -179,18 +178,19 @@ class SummarizationScorer(ScorerBase):
         return self._design
 
     def score(self, source: str, summary: str, *, questions: Sequence[str] | None = None,
-              key_facts: Sequence[str] | None = None, id: str = "0") -> SummarizationResult:
+              key_facts: Sequence[str] | None = None, id: str | None = None) -> SummarizationResult:
         return self._score_one(self._sample(source, summary, questions, key_facts, id))
 
     async def ascore(self, source: str, summary: str, *, questions: Sequence[str] | None = None,
-                     key_facts: Sequence[str] | None = None, id: str = "0") -> SummarizationResult:
+                     key_facts: Sequence[str] | None = None, id: str | None = None) -> SummarizationResult:
         return await self._ascore_one(self._sample(source, summary, questions, key_facts, id))
 
     def _sample(self, source, summary, questions, key_facts, id) -> Sample:
         if questions is not None and key_facts is not None:
             raise UsageError("give questions or key_facts, not both")
-        return Sample(id=id, source=check_text(source, "source", row_id=id),
-                      summary=check_text(summary, "summary", row_id=id),
+        # An error names the id only when the caller gave one; the result's id is then "0".
+        return Sample(id=id if id is not None else "0", source=check_text(source, "source", row_id=id, python=True),
+                      summary=check_text(summary, "summary", row_id=id, python=True),
                       questions=tuple(questions) if questions is not None else None,
                       key_facts=tuple(key_facts) if key_facts is not None else None)
 

@@ -77,6 +77,25 @@ def test_kill_9_then_resume_gives_every_row_once_identical_to_an_uninterrupted_r
     assert without_timing(got) == expected
 
 
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, sig, code, word):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    out = tmp_path / "out.jsonl"
+    proc = sumscore(src, out, tmp_path / "cache.sqlite", wait=False)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (out.exists() and out.read_bytes().count(b"\n") >= 2):
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(sig)
+    text = proc.communicate(timeout=120)[0]
+    kept = out.read_bytes().count(b"\n")
+    assert proc.returncode == code and "Traceback" not in text and "Aborted!" not in text
+    assert f"{word}: {kept} rows kept in {out}; rerun the same command with --resume to finish" in text
+    resumed = sumscore(src, out, tmp_path / "cache.sqlite", "--resume")
+    assert resumed.returncode == 0 and len(rows_of(out)) == len(ROWS)
+
+
 def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
     samples = [dict(r, key_facts=[f"Work will begin in {FACTS[i][2]}.", "Residents welcomed the plan."])
                for i, r in enumerate(ROWS[:4])]

@@ -117,6 +117,7 @@ def test_cli_scores_a_small_file_with_the_real_model(tmp_path):
                            "--key-sentences", "1", "--no-reason", "--quiet"], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Loading weights" not in proc.stderr and "%|" not in proc.stderr  # --quiet: no progress bars at all
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["id"] == "x" and 0 <= row["score"] <= 1 and row["reason"] is None
     assert len(row["coverage_verdicts"]) == len(row["questions"]) == 1 and row["claims"][0]["claim"] == SUMMARY

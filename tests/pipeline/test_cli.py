@@ -70,7 +70,7 @@ def test_out_of_range_option_is_one_line(tmp_path, use_scripted):
     src = write_jsonl(tmp_path / "in.jsonl", ROWS[:1])
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--max-questions", "0"])
     assert result.exit_code == 2
-    assert result.output.strip() == "Error: max_questions must be an integer >= 1. Given: 0"
+    assert result.output.strip() == "Error: --max-questions must be an integer from 1 to 200. Given: 0"
 
 
 @pytest.mark.parametrize("args", [["--help"], ["score", "--help"], ["demo", "--help"], ["convert", "--help"]])

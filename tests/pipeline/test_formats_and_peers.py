@@ -88,7 +88,7 @@ def test_a_folder_of_shards_is_one_input_in_name_order(tmp_path, use_scripted):
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(main, ["score", str(shards), "-o", str(out), "--quiet"])
     rows = read_results(out)
-    assert result.exit_code == 1 and [r["id"] for r in rows] == ["a", "b", "a", "1"]
+    assert result.exit_code == 1 and [r["id"] for r in rows] == ["a", "b", "a", None]  # no id given: null
     assert rows[2]["error"]["cause"] == "input:duplicate_id" and "part-0.jsonl" in rows[2]["error"]["message"]
     assert rows[3]["row_key"] == "line:part-2.jsonl:1" and rows[3]["score"] == 0.5
 

@@ -272,7 +272,8 @@ def test_ascore_gives_the_same_result(scripted):
     assert r.score == 0.5
 
 
-@pytest.mark.parametrize("kw, message", [({"max_questions": 0}, "max_questions must be an integer >= 1. Given: 0"),
+@pytest.mark.parametrize("kw, message", [({"max_questions": 0}, "max_questions must be an integer from 1 to 200. Given: 0"),
+                                         ({"max_questions": 100_000}, "from 1 to 200. Given: 100000"),
                                          ({"scale": -1}, "scale must be > 0. Given: -1"),
                                          ({"threshold": 2}, "threshold must be between 0 and 1. Given: 2"),
                                          ({"flavor": "ragas"}, "flavor must be one of mastra, deepeval"),
