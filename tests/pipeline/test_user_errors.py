@@ -183,3 +183,13 @@ def test_python_errors_name_no_made_up_id_and_say_none(scripted):
         scorer.score_many([("Source one.", "Sum."), {"source": "Source two.", "summary": None}])
     with pytest.raises(ValueError, match='id "given"'):
         scorer.score("", "x", id="given")
+
+
+def test_a_resume_with_other_options_names_only_the_setting_that_differs(tmp_path, use_scripted):
+    enqueue_two_axis(use_scripted)
+    src, out = write_jsonl(tmp_path / "in.jsonl", [ROW]), tmp_path / "out.jsonl"
+    assert CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet", "--max-questions", "3"]).exit_code == 0
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet", "--max-questions", "4", "--resume"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (f"Error: {out} was written with other settings (max_questions was 3, now 4); "
+                                     f"resume with the same options, or use a new -o")
