@@ -172,11 +172,12 @@ def test_resume_after_a_torn_write_gives_the_uninterrupted_output_and_scores_onl
     crashed.write_bytes(b"".join(lines[:3]) + lines[3][:40])
     assert read_finished(crashed)[2] is True  # the torn tail is seen as torn, not parsed
     again = ScriptedEngine()
-    feed(again, 3)  # chunk 2 is redone whole (so its batches are the uninterrupted run's), then chunk 3
+    feed(again, 3)  # chunk 2 is redone whole, in one stream with chunk 3
     report = run_bulk(items, SummarizationScorer(engine=again), crashed, chunk_size=2, resume=True)
     assert report.torn_tail and report.resumed == 3
-    # chunk 2 (2 rows) and chunk 3 (1 row), each: claims + questions, then 3 support and 2 coverage verdicts a row
-    assert again.calls == [4, 10, 2, 5]
+    # chunks 2 and 3 (3 rows) in one stream, in waves on the scripted judge: claims + questions, then 3 support and
+    # 2 coverage verdicts a row
+    assert again.calls == [6, 15]
     got = [json.loads(x) for x in crashed.read_bytes().splitlines()]
     assert without_timing(got) == without_timing([json.loads(x) for x in lines])
     assert [r["id"] for r in got] == [f"r{i}" for i in range(5)]  # every row once, in input order
