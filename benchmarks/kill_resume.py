@@ -31,7 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def command(src, out):
     return [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet", "--chunk-size",
-            "2", *CAPS]
+            "2", "--in-flight", "2", *CAPS]
 
 
 def main() -> None:

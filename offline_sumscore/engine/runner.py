@@ -141,7 +141,7 @@ class TransformersEngine:
                 "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
                 "shared_prefix": self.shared_prefix, "forced_tokens": self.forced_tokens,
                 "logit_verdicts": self.logit_verdicts, "continuous": self.continuous,
-                "prefix_store": self.store.budget if self.store else None, "judge": self.judge.describe()}
+                "prefix_store": self.store.budget if self.store is not None else None, "judge": self.judge.describe()}
 
     def streams_natively(self) -> bool:
         return self.continuous

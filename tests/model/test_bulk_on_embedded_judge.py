@@ -32,8 +32,9 @@ CAPS = ["--claims", "sentences", "--coverage", "key_sentences", "--key-sentences
 
 def sumscore(src, out, cache, *extra, wait=True):
     env = dict(os.environ, OFFLINE_SUMSCORE_CACHE=str(cache), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    # Two rows in flight: chunks of two finish one after another, so a kill can land between them.
     cmd = [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet", "--chunk-size", "2",
-           *CAPS, *extra]
+           "--in-flight", "2", *CAPS, *extra]
     if not wait:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -84,7 +85,7 @@ def test_kill_9_then_resume_gives_every_row_once_and_a_cached_rerun_is_free(tmp_
     assert "rows kept from OUTPUT" in resumed.stdout
     got = rows_of(out)
     assert [r["id"] for r in got] == [r["id"] for r in rows]  # every row once, in input order: none lost
-    assert all(r["error"] is None for r in got)
+    assert not any(r.get("error") for r in got)
     # The resumed run streams its rows in other company than the uninterrupted run did, which can move a P(yes)
     # by float noise and, at a near tie, a verdict (measured: benchmarks/kill_resume.py).
     flips, total = verdict_flips(got, expected)

@@ -22,11 +22,12 @@ GOOD = {"id": "ok", "source": "A source that is long enough to hold its summary.
 
 
 def without_timing(rows):
-    """Rows with the fields that may differ between two runs of the same work removed: wall times, and whether a
-    stage was answered from the cache."""
+    """Rows with the fields that may differ between two runs of the same work removed: wall times, whether a
+    stage was answered from the cache, and how many requests reached the engine together with it (batch_size: in a
+    stream that depends on the company a row runs in, e.g. one process against a pool of workers)."""
     def strip(x):
         if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in ("seconds", "cached")}
+            return {k: strip(v) for k, v in x.items() if k not in ("seconds", "cached", "batch_size")}
         if isinstance(x, list):
             return [strip(v) for v in x]
         return x
