@@ -4,7 +4,9 @@
 
 One uninterrupted run gives the reference; each trial starts the same run (its own fresh stage cache), kills it with
 SIGKILL at a moment drawn uniformly over the reference's wall time (so kills land in model loading, mid-chunk and
-mid-write), resumes it, and compares OUTPUT with the reference row by row, timing fields aside.
+mid-write), resumes it, and compares OUTPUT with the reference row by row, timing fields aside, and verdict by
+verdict: a resumed run streams its rows in other company than the uninterrupted run, which can move a P(yes) by float
+noise and, at a near tie, a verdict.
 Writes benchmarks/results/kill_resume_cpu.{md,json}.
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.model.test_bulk_on_embedded_judge import CAPS, ROWS  # noqa: E402 - the test's rows and caps
+from tests.model.test_bulk_on_embedded_judge import CAPS, ROWS, verdict_flips  # noqa: E402 - the test's rows, caps
 from tests.pipeline.test_bulk_runs import without_timing  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -29,7 +31,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def command(src, out):
     return [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet", "--chunk-size",
-            "2", *CAPS]
+            "2", "--in-flight", "2", *CAPS]
 
 
 def main() -> None:
@@ -87,16 +89,18 @@ def main() -> None:
                  "torn_last_line": torn, "rows_lost": len({r["id"] for r in ROWS} - set(ids)),
                  "rows_duplicated": len(ids) - len(set(ids)),
                  "rows_differing": sum(a != b for a, b in zip(without_timing(got), reference)),
+                 "verdicts_differing": verdict_flips(got, reference)[0], "verdicts": verdict_flips(got, reference)[1],
                  "in_input_order": ids == [r["id"] for r in ROWS]}
         trials.append(trial)
         print(json.dumps(trial), file=sys.stderr)
     lines = [f"# kill -9 then --resume, embedded judge, {len(ROWS)} rows, chunks of 2", "",
              f"Reference run {reference_s:.1f} s; each trial killed at a uniform random moment of that span.", "",
              f"Re-run on the filled stage cache: {rerun_s:.1f} s, rows identical: {rerun_same}; {cache_line}.", "",
-             "| trial | killed at s | rows written before | torn last line | rows lost | duplicated | differing | "
-             "in order |", "|---|---|---|---|---|---|---|---|"]
+             "| trial | killed at s | rows written before | torn last line | rows lost | duplicated | rows differing "
+             "(any field but time) | verdicts differing | in order |", "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {i} | {t['kill_at_s']} | {t['rows_written_before_kill']} | {t['torn_last_line']} | {t['rows_lost']} | "
-              f"{t['rows_duplicated']} | {t['rows_differing']} | {t['in_input_order']} |" for i, t in enumerate(trials)]
+              f"{t['rows_duplicated']} | {t['rows_differing']} | {t['verdicts_differing']} of {t['verdicts']} | "
+              f"{t['in_input_order']} |" for i, t in enumerate(trials)]
     (RESULTS / "kill_resume_cpu.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "kill_resume_cpu.json").write_text(json.dumps({"reference_s": reference_s, "trials": trials,
                                                               "rerun_s": rerun_s, "rerun_identical": rerun_same,

@@ -3,19 +3,24 @@
     python benchmarks/throughput.py --config cpu      # embedded judge, 6 samples, 3 questions (about 10 min here)
     python benchmarks/throughput.py --config gpu --tokenizer DIR   # Llama-3.1-8B geometry, random bf16 weights
 
-Rungs 0 to 5b run the two-axis metric in a design every rung can run, with something to decode: the summary's
+Rungs 0 to 7b run the two-axis metric in a design every rung can run, with something to decode: the summary's
 sentences as claims, questions written by the judge (JSON), and one yes-no verdict with a decoded reason per claim
 and per question (the design a brought judge uses, with sentences instead of atomic claims, which the 135M judge
 cannot write):
   0  naive loop: one prebuilt outlines Generator per grammar, one call per prompt
   1  outlines Generator.batch per stage (one call per grammar per wave)
-  2  our engine: iteration-level batching across samples (every token decoded, nothing shared)
-  3  + shared prefixes (source / summary prefilled once, KV cache forked per request)
+  2  our engine in waves: iteration-level batching across samples (every token decoded, nothing shared)
+  3  + shared prefixes (source / summary prefilled once per wave, KV cache forked per request)
   4  + forced tokens (grammar-fixed text inserted in one forward pass, not decoded)
   5  + verdicts from logits (rows end when the grammar is complete; P(yes) read off the distribution)
-  5b the same engine without reasons (include_reason=False): what a bulk run that needs only scores costs
-  6  the embedded judge's own design (sentences, key sentences, likelihood verdicts): nothing decoded at all. Another
-     workload, as 5b is: its verdicts are not comparable with rung 0's.
+  6  + one continuous stream (a sample's next wave joins the moment its own answers are in, not after the wave)
+  7  + the prefix store (prefixes kept across waves and samples: a source computed once per run; the full engine)
+  7b the full engine without reasons (include_reason=False): what a bulk run that needs only scores costs
+  8  the embedded judge's own design (sentences, key sentences, likelihood verdicts) on the full engine: nothing
+     decoded at all. Another workload, as 7b is: its verdicts are not comparable with rung 0's.
+Two workloads: "standard" (one summary per source, as the ladder always ran) and "shared" (several summaries of each
+source, as evaluation data comes: SummEval has 12 systems per document), each rung's ratios against rung 0 of the
+same workload. Prefill tokens per sample are counted for every rung (a source reused from the store counts zero).
 
 Per rung: samples/s, questions/s, prefill/forced/decoded tokens per second, the ratio to rung 0 and to the
 previous rung, the verdict flip rate against rung 0, and the rung's time as a percentage of the workload's physical
@@ -49,11 +54,13 @@ DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 
 CONFIGS = {
     # Caps keep the embedded judge's degenerate repetition to a realistic length.
-    "cpu": dict(samples=6, questions=3, text_chars=80, reason_chars=60, source_chars=1200, reference_samples=6),
+    "cpu": dict(samples=6, questions=3, text_chars=80, reason_chars=60, source_chars=1200, reference_samples=6,
+                shared_docs=3, per_doc=4, shared_reference_samples=4),
     # Random weights write to every cap, so the caps set the load; they are sized so that the whole ladder fits a
     # single 10-minute device call (15 minutes of GPU a session). Rungs 0 and 1 run on the first 2 samples only:
     # the naive loop decodes every token at batch 1. Rates are per sample, so rungs compare across sample counts.
-    "gpu": dict(samples=48, questions=6, text_chars=60, reason_chars=40, source_chars=3000, reference_samples=2),
+    "gpu": dict(samples=48, questions=6, text_chars=60, reason_chars=40, source_chars=3000, reference_samples=2,
+                shared_docs=8, per_doc=6, shared_reference_samples=2),
 }
 
 
@@ -193,6 +200,31 @@ def frozen_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
     return rows
 
 
+def shared_inputs(path: Path, docs: int, per_doc: int, source_chars: int) -> list[dict]:
+    """per_doc summaries of each of the first docs documents with that many (ids "system:doc"), sources cut as in
+    frozen_inputs. Falls back to the bundled demo set, each source paired with every demo summary."""
+    by_doc: dict[str, list[dict]] = {}
+    if path.exists():
+        for line in path.open():
+            item = json.loads(line)
+            doc = item["id"].split(":")[1] if ":" in item["id"] else item["id"]
+            by_doc.setdefault(doc, []).append(item)
+    chosen = [items[:per_doc] for items in by_doc.values() if len(items) >= per_doc][:docs]
+    if len(chosen) < docs:
+        demo = Path(__file__).resolve().parent.parent / "offline_sumscore" / "examples" / "demo.jsonl"
+        base = [json.loads(line) for line in demo.open()]
+        chosen = [[dict(b, source=base[d % len(base)]["source"], id=f"{b['id']}:{d}") for b in
+                   (base * per_doc)[:per_doc]] for d in range(docs)]
+    rows = []
+    for items in chosen:
+        source = items[0]["source"]
+        if len(source) > source_chars:
+            cut = source.rfind(". ", 0, source_chars)
+            source = source[:cut + 1] if cut > 0 else source[:source_chars]
+        rows.extend({"id": item["id"], "source": source, "summary": item["summary"]} for item in items)
+    return rows
+
+
 def verdicts(result) -> list[bool]:
     if getattr(result, "error", None):
         return []
@@ -247,7 +279,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL with source/summary (frozen inputs)")
     ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one")
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
-    ap.add_argument("--rungs", default="0,1,2,3,4,5,5b,6")
+    ap.add_argument("--rungs", default="0,1,2,3,4,5,6,7,7b,8")
+    ap.add_argument("--shared-rungs", default="0,1,5,6,7", help="rungs run on the shared-source workload ('' for none)")
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--questions", type=int, default=None)
     ap.add_argument("--layers", type=int, default=32, help="gpu config: decoder layers (32 is Llama-3.1-8B)")
@@ -269,60 +302,79 @@ def main() -> None:
     SummarizationScorer(engine=TransformersEngine(judge), key_sentences=cfg["questions"]).score_many(
         inputs[:1], on_error="return")
 
+    wave = dict(continuous=False, prefix_store=False)  # rungs 2 to 5: the engine as it ran before the stream
     ladder = {
         "0": ("naive loop: outlines Generator per grammar, one call per prompt", lambda: OutlinesEngine(judge, batch=False), caps),
         "1": ("outlines .batch per stage", lambda: OutlinesEngine(judge, batch=True), caps),
-        "2": ("engine: cross-sample iteration-level batching", lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False), caps),
-        "3": ("+ shared prefixes", lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False), caps),
-        "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False), caps),
-        "5": ("+ verdicts from logits", lambda: TransformersEngine(judge), caps),
-        "5b": ("rung 5 without reasons (include_reason=False)", lambda: TransformersEngine(judge), dict(caps, include_reason=False)),
-        "6": ("the embedded design: sentences, key sentences, likelihood verdicts", lambda: TransformersEngine(judge), dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood")),
+        "2": ("engine in waves: cross-sample iteration-level batching", lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False, **wave), caps),
+        "3": ("+ shared prefixes", lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False, **wave), caps),
+        "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False, **wave), caps),
+        "5": ("+ verdicts from logits", lambda: TransformersEngine(judge, **wave), caps),
+        "6": ("+ one continuous stream", lambda: TransformersEngine(judge, prefix_store=False), caps),
+        "7": ("+ prefix store (the full engine)", lambda: TransformersEngine(judge), caps),
+        "7b": ("rung 7 without reasons (include_reason=False)", lambda: TransformersEngine(judge), dict(caps, include_reason=False)),
+        "8": ("the embedded design: sentences, key sentences, likelihood verdicts", lambda: TransformersEngine(judge), dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood")),
     }
-    rows, outputs = [], {}
-    for rung in args.rungs.split(","):
-        label, make, options = ladder[rung]
-        engine = make()
-        scorer = SummarizationScorer(engine=engine, **options)
-        batch = inputs[:cfg["reference_samples"]] if isinstance(engine, OutlinesEngine) else inputs
-        if judge.model.device.type == "cuda":
-            torch.cuda.synchronize()
-        started = time.perf_counter()
-        results = scorer.score_many(batch, on_error="return")
-        if judge.model.device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
-        outputs[rung] = results
-        if isinstance(engine, OutlinesEngine):
-            prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
-        else:
-            s = engine.stats
-            prefill, forced, decoded, passes = s.prefill_tokens, s.forced_tokens, s.decoded_tokens, s.forward_passes
-        questions = sum(len(r.coverage_verdicts) for r in results if not getattr(r, "error", None))
-        rows.append({"rung": rung, "feature": label, "seconds": round(seconds, 2), "samples": len(batch),
-                     "samples_per_s": len(batch) / seconds, "questions_per_s": questions / seconds,
-                     "prefill_tok_per_s": prefill / seconds, "forced_tok_per_s": forced / seconds,
-                     "decoded_tok_per_s": decoded / seconds, "prefill_tokens": prefill, "forced_tokens": forced,
-                     "decoded_tokens": decoded, "forward_passes": passes,
-                     "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
-                     # Rung 6 judges other items (key sentences) in another way: no flip rate against rung 0.
-                     "flip_rate_vs_rung0": flip_rate(outputs["0"], results) if "0" in outputs and rung != "6"
-                     else None})
-        print(f"rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s", file=sys.stderr, flush=True)
-    # One floor for the workload: the least work that gives the same verdicts, i.e. the token and pass counts of
-    # the rung that ran the fewest tokens (rung 5 when it ran). Every rung's time is set against it.
-    least = min((r for r in rows if r["rung"] not in ("5b", "6")), key=lambda r: r["prefill_tokens"] + r["forced_tokens"]
-                + r["decoded_tokens"])
+    workloads = {"standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
+                 "shared": (shared_inputs(args.data, cfg["shared_docs"], cfg["per_doc"], cfg["source_chars"]),
+                            cfg["shared_reference_samples"], [r for r in args.shared_rungs.split(",") if r])}
+    rows = []
+    for workload, (items, reference, rungs) in workloads.items():
+        outputs: dict = {}
+        for rung in rungs:
+            label, make, options = ladder[rung]
+            engine = make()
+            scorer = SummarizationScorer(engine=engine, **options)
+            batch = items[:reference] if isinstance(engine, OutlinesEngine) else items
+            if judge.model.device.type == "cuda":
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+            results = scorer.score_many(batch, on_error="return")
+            if judge.model.device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - started
+            outputs[rung] = results
+            if isinstance(engine, OutlinesEngine):
+                prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
+                stored = 0
+            else:
+                s = engine.stats
+                prefill, forced, decoded, passes = s.prefill_tokens, s.forced_tokens, s.decoded_tokens, s.forward_passes
+                stored = s.stored_tokens
+            questions = sum(len(r.coverage_verdicts) for r in results if not getattr(r, "error", None))
+            rows.append({"workload": workload, "rung": rung, "feature": label, "seconds": round(seconds, 2),
+                         "samples": len(batch), "samples_per_s": len(batch) / seconds,
+                         "questions_per_s": questions / seconds,
+                         "prefill_tok_per_s": prefill / seconds, "forced_tok_per_s": forced / seconds,
+                         "decoded_tok_per_s": decoded / seconds, "prefill_tokens": prefill, "forced_tokens": forced,
+                         "decoded_tokens": decoded, "forward_passes": passes, "stored_tokens": stored,
+                         "prefill_per_sample": prefill / len(batch),
+                         "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
+                         # Rungs 7b and 8 judge otherwise (no reasons; other items): no flip rate against rung 0.
+                         "flip_rate_vs_rung0": flip_rate(outputs["0"], results) if "0" in outputs and
+                         rung not in ("7b", "8") else None})
+            print(f"{workload} rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s, "
+                  f"{prefill / len(batch):.0f} prefill tokens a sample", file=sys.stderr, flush=True)
+    # One floor for the standard workload: the least work that gives the same verdicts, i.e. the token and pass
+    # counts of the rung that ran the fewest tokens. Every standard rung's time is set against it.
+    standard = [r for r in rows if r["workload"] == "standard"]
+    least = min((r for r in standard if r["rung"] not in ("7b", "8")),
+                key=lambda r: r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"])
     avg_context = least["prefill_tokens"] / max(1, least["samples"] * (2 + cfg["questions"]))
     floor = physical_floor(judge, peaks, least["prefill_tokens"] + least["forced_tokens"] + least["decoded_tokens"],
                            least["decoded_tokens"], least["forward_passes"], avg_context)
     floor_per_sample = floor / least["samples"]
-    for row in rows:
-        row["pct_of_floor"] = 100 * floor_per_sample * row["samples"] / row["seconds"]
-    base = rows[0]["samples_per_s"]
-    for prev, row in zip([None] + rows[:-1], rows):
-        row["x_rung0"] = row["samples_per_s"] / base
-        row["x_previous"] = row["samples_per_s"] / prev["samples_per_s"] if prev else 1.0
+    for workload in workloads:
+        mine = [r for r in rows if r["workload"] == workload]
+        if not mine:
+            continue
+        base = mine[0]
+        for prev, row in zip([None] + mine[:-1], mine):
+            row["x_rung0"] = row["samples_per_s"] / base["samples_per_s"]
+            row["x_previous"] = row["samples_per_s"] / prev["samples_per_s"] if prev else 1.0
+            row["prefill_per_sample_vs_rung0"] = base["prefill_per_sample"] / max(row["prefill_per_sample"], 1e-9)
+            row["pct_of_floor"] = 100 * floor_per_sample * row["samples"] / row["seconds"] if workload == "standard" \
+                else None
 
     import importlib.util
 
@@ -338,18 +390,22 @@ def main() -> None:
                           "torch": torch.__version__},
               "inputs": str(args.data) if args.data.exists() else "bundled demo examples", "rows": rows,
               "vllm": vllm}
-    table = ["| rung | feature | samples | s | samples/s | questions/s | prefill tok/s | forced tok/s | decoded tok/s | "
-             "x rung 0 | x previous | flips vs 0 | % of floor |", "|" + "---|" * 13]
+    table = ["| workload | rung | feature | samples | s | samples/s | questions/s | prefill tok/sample | "
+             "x fewer prefill | decoded tok/s | x rung 0 | x previous | flips vs 0 | % of floor |", "|" + "---|" * 14]
     for r in rows:
         flips = "-" if r["flip_rate_vs_rung0"] is None else f"{100 * r['flip_rate_vs_rung0']:.1f}%"
-        table.append(f"| {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | {r['samples_per_s']:.3f} | "
-                     f"{r['questions_per_s']:.3f} | {r['prefill_tok_per_s']:.0f} | {r['forced_tok_per_s']:.0f} | "
-                     f"{r['decoded_tok_per_s']:.1f} | {r['x_rung0']:.2f} | {r['x_previous']:.2f} | {flips} | "
-                     f"{r['pct_of_floor']:.1f}% |")
+        floor_pct = "-" if r["pct_of_floor"] is None else f"{r['pct_of_floor']:.1f}%"
+        table.append(f"| {r['workload']} | {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | "
+                     f"{r['samples_per_s']:.3f} | {r['questions_per_s']:.3f} | {r['prefill_per_sample']:.0f} | "
+                     f"{r['prefill_per_sample_vs_rung0']:.2f} | {r['decoded_tok_per_s']:.1f} | {r['x_rung0']:.2f} | "
+                     f"{r['x_previous']:.2f} | {flips} | {floor_pct} |")
+    shared_note = (f"The shared workload: {cfg['shared_docs']} documents x {cfg['per_doc']} summaries; its rungs 0 "
+                   f"and 1 run on the first {cfg['shared_reference_samples']} samples (rates are per sample).")
     markdown = (f"# Throughput ladder, config {args.config}\n\n{len(inputs)} samples, {cfg['questions']} questions, "
                 f"judge {judge.name} ({judge.device}, {judge.dtype}); peaks measured: "
                 f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s, {peaks['bytes_per_s'] / 1e9:.1f} GB/s; workload floor "
-                f"{floor_per_sample:.3f} s per sample (from rung {least['rung']}'s token and pass counts).\n\n"
+                f"{floor_per_sample:.3f} s per sample (from rung {least['rung']}'s token and pass counts). "
+                f"{shared_note} \"x fewer prefill\": rung 0's prefill tokens per sample over the rung's.\n\n"
                 + "\n".join(table) + f"\n\n{vllm}.\n")
     out = args.out or RESULTS / f"throughput_{args.config}"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,16 @@
 """Bulk runs that never lose a finished row.
 
-The input is cut into fixed chunks (chunk_size rows, counted from the top of the file). Each chunk is scored as one
-score_many call, so its stages batch across its rows, and its rows are appended to OUTPUT in one write, flushed and
-fsynced: a chunk is in OUTPUT whole or, after a crash mid-write, as a torn tail that a resumed run cuts off and
-redoes. A resumed run skips the chunks whose every row is in OUTPUT and scores the others whole, so it forms exactly
-the batches an uninterrupted run forms (batch composition can move a verdict through padding numerics). At the end
-OUTPUT is rewritten in input order, one row per input row, atomically (a temporary file, fsync, rename).
+The input is cut into fixed chunks (chunk_size rows, counted from the top of the file): the unit of checkpointing.
+Here, every chunk that is not done goes through the engine as one stream (ScorerBase.stream): at most in_flight
+samples at a time, a new one starting the moment one finishes, so no chunk waits for the one before and no sample
+for another's slow row. A chunk's rows are appended to OUTPUT in one write, flushed and fsynced, once all its rows
+are final and every chunk before it is written (a reorder buffer: OUTPUT grows in input order). A chunk is in OUTPUT
+whole or, after a crash mid-write, as a torn tail that a resumed run cuts off and redoes. A resumed run skips the
+chunks whose every row is in OUTPUT and streams the others; its batches are formed from where it starts, so they can
+differ from an uninterrupted run's (batch composition can move a verdict through padding numerics; the flip rate is
+measured in benchmarks/kill_resume.py). At the end OUTPUT is rewritten in input order, one row per input row,
+atomically (a temporary file, fsync, rename). A pool of workers (offline_sumscore.ray_runner) scores whole chunks
+instead, yielding them in any order.
 
 A row is matched to OUTPUT by its key ("id:<id>", or "line:<n>" when the row names no id) and the hash of its
 content; a key whose content changed is an error, never silently reused.
@@ -23,6 +28,7 @@ from .errors import UsageError
 from .samples import BadRow, Sample
 
 DEFAULT_CHUNK_SIZE = 32
+DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, few enough to keep the host queue short
 
 
 def bad_row(item: BadRow, metric: str = "") -> dict:
@@ -85,6 +91,40 @@ def score_chunks_here(scorer) -> ChunkScorer:
     return run
 
 
+def stream_chunks_here(scorer, todo: list[tuple[int, Chunk]], emit: Callable[[int, list[dict]], None],
+                       in_flight: int = DEFAULT_IN_FLIGHT) -> None:
+    """Score the chunks' Samples as one stream; emit(k, rows) each chunk, in the order given, as soon as it and
+    every chunk before it are final."""
+    where = [(pos, at) for pos, (_, chunk) in enumerate(todo) for at, item in enumerate(chunk)
+             if isinstance(item, Sample)]
+    samples = [todo[pos][1][at] for pos, at in where]
+    results: list[dict[int, dict]] = [{} for _ in todo]
+    missing = [sum(isinstance(item, Sample) for item in chunk) for _, chunk in todo]
+    written = 0
+
+    def flush() -> None:
+        nonlocal written
+        while written < len(todo) and missing[written] == 0:
+            k, chunk = todo[written]
+            found = results[written]
+            written += 1
+            emit(k, chunk_rows(chunk, [found[at] for at in sorted(found)], scorer.metric))
+
+    def done(i: int, outcome) -> None:
+        pos, at = where[i]
+        results[pos][at] = outcome.to_dict()
+        missing[pos] -= 1
+        flush()
+
+    flush()  # chunks of bad rows only
+    if samples:
+        scorer.stream(samples, done, in_flight=in_flight)
+
+
+class _StopRun(Exception):
+    """fail_fast: a written chunk holds a failed row."""
+
+
 def score_samples(scorer, chunk: Chunk) -> list[dict]:
     samples = [item for item in chunk if isinstance(item, Sample)]
     return [r.to_dict() for r in scorer.score_many(samples, on_error="return")] if samples else []
@@ -105,11 +145,12 @@ def _with_origin(item: Sample, result: dict) -> dict:
 
 def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike, *, resume: bool = False,
              chunk_size: int = DEFAULT_CHUNK_SIZE, fail_fast: bool = False,
-             progress: Callable[[int], None] | None = None, score_chunks: ChunkScorer | None = None) -> BulkReport:
-    """Score items chunk by chunk into OUTPUT (JSONL); see the module docstring for the guarantees.
+             progress: Callable[[int], None] | None = None, score_chunks: ChunkScorer | None = None,
+             in_flight: int = DEFAULT_IN_FLIGHT) -> BulkReport:
+    """Score items into OUTPUT (JSONL), checkpointed chunk by chunk; see the module docstring for the guarantees.
 
-    score_chunks: how the chunks that are not done get scored (default: here, one after another); it may yield
-    them in any order, as a pool of workers finishes them (offline_sumscore.ray_runner)."""
+    score_chunks: how the chunks that are not done get scored (default: here, as one stream of at most in_flight
+    samples); it may yield them in any order, as a pool of workers finishes them (offline_sumscore.ray_runner)."""
     if chunk_size < 1:
         raise UsageError(f"chunk_size must be >= 1. Given: {chunk_size}")
     path = Path(output)
@@ -128,7 +169,7 @@ def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike
     if progress:
         progress(sum(len(chunk) for chunk in chunks) - sum(len(chunk) for _, chunk in todo))
     with open(path, "ab" if resume else "wb") as out:
-        for k, rows in (score_chunks or score_chunks_here(scorer))(todo):
+        def write(k: int, rows: list[dict]) -> None:
             chunk = chunks[k]
             out.write(b"".join(dumps(r) for r in rows))
             out.flush()
@@ -137,8 +178,16 @@ def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike
             if progress:
                 progress(len(chunk))
             if fail_fast and any(r.get("error") for r in rows):
-                report.stopped_early = True
-                break
+                raise _StopRun
+
+        try:
+            if score_chunks is None:
+                stream_chunks_here(scorer, todo, write, in_flight)
+            else:
+                for k, rows in score_chunks(todo):
+                    write(k, rows)
+        except _StopRun:
+            report.stopped_early = True
     report.rows = [done[item.key] for item in items if item.key in done]
     _rewrite(path, report.rows)
     report.failed_by_cause = Counter(r["error"].get("cause", r["error"].get("stage", "?"))

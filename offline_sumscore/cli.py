@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from .bulk import DEFAULT_CHUNK_SIZE, run_bulk
+from .bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, run_bulk
 from .errors import SumscoreError, UsageError
 from .samples import BadRow, read_rows, read_samples
 from .scorers import SummarizationScorer, SummaryScore
@@ -215,7 +215,9 @@ def _common(fn):
 @click.option("--fail-fast", is_flag=True, help="Stop at the first row that cannot be scored (exit 2 for bad input).")
 @click.option("--allow-long-summary", is_flag=True, help="Score rows whose summary is longer than their source.")
 @click.option("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE, show_default=True,
-              help="Rows scored (and batched) together and written at once. Resume with the same value.")
+              help="Rows written (and checkpointed) together. Resume with the same value.")
+@click.option("--in-flight", type=click.IntRange(1, 4096), default=DEFAULT_IN_FLIGHT, show_default=True,
+              help="Rows scored at once in one stream through the judge (a new one starts as one finishes).")
 @click.option("--judge-url", default=None,
               help="Use a judge served elsewhere on this machine: an OpenAI-compatible base URL, e.g. "
                    "http://127.0.0.1:8000/v1 (vLLM, llama.cpp server, Ollama, transformers serve).")
@@ -232,7 +234,7 @@ def _common(fn):
 @click.option("--cpus-per-judge", type=float, default=1, show_default=True, help="With --engine ray: CPUs per actor.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def score(input_path, output_path, shard_rows, shard_format, output_format, metric, source_field, summary_field, id_field, resume, cache_path,
-          no_cache, fail_fast, allow_long_summary, chunk_size, judge_url, judge_model, judge_concurrency,
+          no_cache, fail_fast, allow_long_summary, chunk_size, in_flight, judge_url, judge_model, judge_concurrency,
           judge_timeout, engine_kind, ray_address, num_judges, gpus_per_judge, cpus_per_judge, quiet, **opts):
     """Score every row of INPUT (JSONL, CSV, Parquet or a datasets save_to_disk directory, with source and summary
     fields and an optional id) into OUTPUT.
@@ -309,7 +311,7 @@ def score(input_path, output_path, shard_rows, shard_format, output_format, metr
         started = time.perf_counter()
         with click.progressbar(length=len(items), label=f"scoring ({metric})", file=sys.stderr,
                                hidden=quiet) as bar, _interruptible(record):
-            report = run_bulk(items, scorer, record, resume=resume, chunk_size=chunk_size,
+            report = run_bulk(items, scorer, record, resume=resume, chunk_size=chunk_size, in_flight=in_flight,
                               fail_fast=fail_fast, progress=bar.update, score_chunks=score_chunks)
         if record != output_path:
             from .peers.mastra import to_mastra

@@ -18,7 +18,7 @@ Bump PROMPT_VERSION whenever a prompt's wording changes: caches and results are 
 """
 from __future__ import annotations
 
-PROMPT_VERSION = "2026-11-30.4"
+PROMPT_VERSION = "2026-11-30.5"
 STYLES = ("full", "bare")
 
 _TWO_AXIS_SYSTEM = (
@@ -62,12 +62,14 @@ def questions_prompt(source: str, *, n: int, exact: bool = False, style: str = "
     """Stage "questions": the judge sees only the source, so the questions are chosen without regard to any summary
     and are the same for every summary of one document. exact: exactly n (DeepEval's n), else at most n."""
     count = f"exactly {n}" if exact else f"at most {n}"
+    # Fenced as "article", as the support prompts fence the source: the questions and every verdict on the source
+    # then open with the same tokens, which the engine's prefix store computes once per run.
     return _two_axis(
-        f"{fence('source', source)}\n\n"
-        f"Task: write {count} closed questions about the most important facts of this source, most important "
+        f"{fence('article', source)}\n\n"
+        f"Task: write {count} closed questions about the most important facts of this article, most important "
         "first. Each question must be specific (it names the people, things, places, numbers or dates it is "
-        "about), make sense on its own without the source, be answered with yes or no, and be answered \"yes\" by "
-        "the source. Do not ask the same thing twice.", style)
+        "about), make sense on its own without the article, be answered with yes or no, and be answered \"yes\" by "
+        "the article. Do not ask the same thing twice.", style)
 
 
 def statement_prompt(text: str, statement: str, *, with_reason: bool = False, style: str = "full") -> list[dict]:

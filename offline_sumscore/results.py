@@ -73,6 +73,7 @@ class FailedRow:
     error: dict[str, Any]
     metric: str
     stages: dict[str, dict] = field(default_factory=dict)
+    exception: Any = field(default=None, repr=False, compare=False)  # the JudgeOutputError, for on_error="raise"
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "metric": self.metric, "score": None, "error": self.error, "stages": self.stages}

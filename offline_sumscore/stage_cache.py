@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from .engine import EngineLayer
+from .engine import EngineLayer, stream_in_waves
 from .prompts import PROMPT_VERSION
 from .stages import StageRequest, StageResult
 
@@ -132,3 +132,60 @@ class CachedEngine(EngineLayer):
                 results.append(replace(computed[key], request=request, cached=True))
             self.hits += 1
         return results
+
+    def stream(self, feed) -> None:
+        """The same on a stream: stored answers are given back at once; of identical requests in flight, only the
+        first reaches the engine, and the others get its answer."""
+        if not self.streams_natively():
+            return stream_in_waves(self, feed)
+        wrapped = _CacheFeed(self, feed)
+        try:
+            self.inner.stream(wrapped)
+        finally:
+            wrapped.store()
+
+
+class _CacheFeed:
+    def __init__(self, layer: CachedEngine, outer):
+        self.layer, self.outer = layer, outer
+        self.judge = layer.inner.describe().get("judge", {})
+        self.in_flight: dict[str, list[tuple[int, StageRequest]]] = {}  # key -> every ticket waiting on it
+        self.key_of: dict[int, str] = {}
+        self.unstored: list[tuple[str, StageResult]] = []
+
+    def store(self) -> None:
+        """Successes go to the store in one transaction per engine step, not one per answer."""
+        self.layer.cache.put(self.unstored, self.judge)
+        self.unstored = []
+
+    def take(self) -> list[tuple[int, StageRequest]]:
+        self.store()
+        while True:
+            ready = self.outer.take()
+            if not ready:
+                return []
+            keys = [StageCache.key(self.judge, r) for _, r in ready]
+            stored = self.layer.cache.get(keys)
+            out = []
+            for (ticket, request), key in zip(ready, keys):
+                if key in stored:
+                    self.layer.hits += 1
+                    self.outer.give(ticket, _from_payload(request, stored[key]))
+                elif key in self.in_flight:
+                    self.in_flight[key].append((ticket, request))
+                else:
+                    self.in_flight[key], self.key_of[ticket] = [(ticket, request)], key
+                    out.append((ticket, request))
+            if out:  # else every one was answered from the store, which may have made more ready
+                return out
+
+    def give(self, ticket: int, result: StageResult) -> None:
+        key = self.key_of.pop(ticket)
+        if result.ok:
+            self.unstored.append((key, result))
+        self.layer.computed += 1
+        first, *same = self.in_flight.pop(key)
+        self.outer.give(first[0], result)
+        for other, request in same:
+            self.layer.hits += 1
+            self.outer.give(other, replace(result, request=request, cached=True))

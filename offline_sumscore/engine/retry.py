@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from ..stages import StageRequest, StageResult
-from . import EngineLayer
+from . import EngineLayer, Feed, stream_in_waves
 
 RETRIED = ("cap", "model")
 
@@ -34,6 +34,13 @@ class RetryingEngine(EngineLayer):
             results[i] = replace(result, request=requests[i], first_attempt=results[i].audit())
         return results
 
+    def stream(self, feed: Feed) -> None:
+        """The same rule on a stream: a failed answer goes back in as a second try before the driver sees it. A
+        native stream records an engine error in each row it touched (kind "model"), so that is retried too."""
+        if not self.streams_natively():
+            return stream_in_waves(self, feed)
+        self.inner.stream(_RetryFeed(self, feed))
+
     def _attempt(self, requests: Sequence[StageRequest]) -> list[StageResult]:
         try:
             return self.inner.run(requests)
@@ -43,3 +50,27 @@ class RetryingEngine(EngineLayer):
             message = f"the engine raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             return [StageResult(request=r, value=None, raw_output="", error=message, error_kind="model")
                     for r in requests]
+
+
+class _RetryFeed:
+    def __init__(self, layer: RetryingEngine, outer: Feed):
+        self.layer, self.outer = layer, outer
+        self.again: list[tuple[int, StageRequest]] = []
+        self.first: dict[int, tuple[StageRequest, StageResult]] = {}  # ticket -> (the request as asked, attempt 1)
+
+    def take(self) -> list[tuple[int, StageRequest]]:
+        ready, self.again = self.again, []
+        return ready + self.outer.take()
+
+    def give(self, ticket: int, result: StageResult) -> None:
+        if ticket in self.first:
+            request, first = self.first.pop(ticket)
+            self.outer.give(ticket, replace(result, request=request, first_attempt=first.audit()))
+        elif result.error_kind in RETRIED:
+            self.layer.retries += 1
+            request = result.request
+            self.first[ticket] = (request, result)
+            self.again.append((ticket, replace(request, max_new_tokens=2 * result.cap)
+                               if result.error_kind == "cap" and result.cap else request))
+        else:
+            self.outer.give(ticket, result)

@@ -31,16 +31,17 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from ..judge import Judge
 from ..schemas import Likelihood, max_json_chars, parse_output
 from ..stages import StageRequest, StageResult
-from .batch_cache import compact_rows, merge_rows, select_rows, trim_columns
+from . import Feed, ListFeed
+from .batch_cache import select_rows
 from .grammar import BACKEND, GrammarCache
+from .scheduler import MIN_SHARED_PREFIX, Batch, PrefixStore, Row, Scheduler, Unit, common_prefix, split_by_prefix
 
-MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
 OOM_ALONE = "out of memory even alone; use a shorter prompt or a larger device"
 
@@ -54,57 +55,11 @@ class EngineStats:
     forward_passes: int = 0
     skipped_forwards: int = 0  # rows finished without a forward pass (grammar complete)
     oom_splits: int = 0
+    stored_tokens: int = 0  # prompt tokens whose keys and values came from the prefix store, not a forward pass
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-@dataclass
-class _Row:
-    index: int  # position of its request in run()'s list
-    request: StageRequest
-    prompt: str  # rendered with the chat template once, kept for the result's audit
-    prompt_ids: list[int]
-    cap: int
-    matcher: object = None
-    pending: list[int] = field(default_factory=list)  # tokens to feed in the next forward pass
-    position: int = 0  # position id of pending[0]
-    out: list[int] = field(default_factory=list)  # every token after the prompt (decoded and forced)
-    decoded: int = 0
-    forced: int = 0
-    choice_probs: list[float] = field(default_factory=list)
-    score_from: int | None = None  # likelihood rows: index in prompt_ids of the continuation's first token
-    logprob_sum: float = 0.0  # likelihood rows: summed log-probabilities of the continuation's tokens so far
-    logprob_count: int = 0
-    started: float = 0.0
-    done: bool = False
-    error: str | None = None
-    error_kind: str | None = None  # see StageResult.error_kind
-
-    def fail(self, kind: str, message: str) -> None:
-        self.done, self.error_kind, self.error = True, kind, message
-
-    @property
-    def feed_from(self) -> int:
-        """Tokens from here on go through a step, where their logits are read: the last prompt token of a row
-        that generates, the token before the continuation of a likelihood row. All before can be prefilled."""
-        return len(self.prompt_ids) - 1 if self.score_from is None else self.score_from - 1
-
-
-@dataclass
-class _Unit:
-    rows: list[_Row]
-    prefix: list[int]  # prefilled once, then forked into one row per request
-
-    @classmethod
-    def alone(cls, row: _Row) -> "_Unit":
-        """A row with no prefix to share: everything before the tokens it must feed is prefilled as its prefix."""
-        return cls([row], row.prompt_ids[:row.feed_from])
-
-    @property
-    def cost(self) -> int:  # tokens this unit will hold in the cache, padding aside
-        return len(self.prefix) + sum(len(r.prompt_ids) - len(self.prefix) + min(r.cap, 256) for r in self.rows)
 
 
 class TransformersEngine:
@@ -112,6 +67,7 @@ class TransformersEngine:
 
     def __init__(self, judge: Judge, *, batch_size: int | None = None, token_budget: int | None = None,
                  shared_prefix: bool = True, forced_tokens: bool = True, logit_verdicts: bool = True,
+                 prefix_store: bool = True, continuous: bool = True, store_tokens: int | None = None,
                  step_tokens: int | None = None, fault_injector: Callable[[str, int], None] | None = None):
         import torch
 
@@ -122,6 +78,7 @@ class TransformersEngine:
             judge.grammar_cache = GrammarCache(judge.model, judge.tokenizer)
         self.grammars: GrammarCache = judge.grammar_cache
         self.shared_prefix, self.forced_tokens, self.logit_verdicts = shared_prefix, forced_tokens, logit_verdicts
+        self.continuous = continuous  # a driver's stream goes straight in (else: one run() call per wave)
         self.fault_injector = fault_injector  # tests: raise an out-of-memory error on chosen passes
         # Padding slots a forward pass may carry: a pass reads every weight once, so up to about this many extra
         # token slots ride along nearly free. Estimated, not measured: on the 2-core CPU with the 135M judge a pass
@@ -136,6 +93,9 @@ class TransformersEngine:
         self.vocab_size = self.grammars.vocab_size
         self.device = judge.model.device
         self.max_rows, self.token_budget, self.capacity_reason = self._capacity(batch_size, token_budget)
+        # Prefixes kept across steps and calls: a quarter of the batch's token budget, so the store can never
+        # crowd out the running batch.
+        self.store = PrefixStore(store_tokens or self.token_budget // 4) if prefix_store else None
         import inspect
 
         # transformers 5.24 renamed the decoder's past_key_values argument to cache (the old name is deprecated).
@@ -180,7 +140,11 @@ class TransformersEngine:
                 "capacity": self.capacity_reason, "step_tokens": self.step_tokens,
                 "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
                 "shared_prefix": self.shared_prefix, "forced_tokens": self.forced_tokens,
-                "logit_verdicts": self.logit_verdicts, "judge": self.judge.describe()}
+                "logit_verdicts": self.logit_verdicts, "continuous": self.continuous,
+                "prefix_store": self.store.budget if self.store is not None else None, "judge": self.judge.describe()}
+
+    def streams_natively(self) -> bool:
+        return self.continuous
 
     def spare_tokens(self, request: StageRequest) -> int:
         """Context tokens left once the prompt and a realistic output allowance are in; negative: it does not fit.
@@ -201,18 +165,18 @@ class TransformersEngine:
                        **{self._cache_kw: cache})
 
     # -- planning -------------------------------------------------------------------------------------------
-    def _rows(self, requests: Sequence[StageRequest]) -> list[_Row]:
+    def _rows(self, ready: list[tuple[int, StageRequest]]) -> list[Row]:
         tok = self.judge.tokenizer
-        prompts = [self.judge.render(r.messages) for r in requests]
+        prompts = [self.judge.render(r.messages) for _, r in ready]
         # The chat template already wrote any special tokens the model expects.
         ids = tok(prompts, add_special_tokens=False)["input_ids"]
         rows = []
-        for i, (req, prompt, prompt_ids) in enumerate(zip(requests, prompts, ids)):
+        for (ticket, req), prompt, prompt_ids in zip(ready, prompts, ids):
             if req.continuation is not None:
                 # The continuation is tokenized on its own, as the reply it stands for would be generated.
                 continuation = tok(req.continuation, add_special_tokens=False)["input_ids"]
-                row = _Row(index=i, request=req, prompt=prompt, prompt_ids=prompt_ids + continuation, cap=0,
-                           score_from=len(prompt_ids))
+                row = Row(ticket=ticket, request=req, prompt=prompt, prompt_ids=prompt_ids + continuation, cap=0,
+                          calls=len(ready), score_from=len(prompt_ids))
                 if not continuation:
                     row.fail("schema", "a likelihood request needs a non-empty continuation")
                 elif len(row.prompt_ids) > self.judge.context_length:
@@ -223,7 +187,8 @@ class TransformersEngine:
                 continue
             bound = req.max_new_tokens or (max_json_chars(json.loads(req.schema_json)) + 8)
             room = self.judge.context_length - len(prompt_ids)
-            row = _Row(index=i, request=req, prompt=prompt, prompt_ids=prompt_ids, cap=min(bound, room))
+            row = Row(ticket=ticket, request=req, prompt=prompt, prompt_ids=prompt_ids, cap=min(bound, room),
+                      calls=len(ready))
             if room < MIN_ROOM:
                 row.fail("context", f"prompt of {len(prompt_ids)} tokens leaves no room in the judge's "
                                     f"{self.judge.context_length}-token context; use a shorter text or a "
@@ -231,113 +196,193 @@ class TransformersEngine:
             rows.append(row)
         return rows
 
-    def _units(self, rows: list[_Row]) -> list[_Unit]:
-        """Group rows that share a long token prefix, across samples (every summary of one source shares the
-        source); everything else is a unit of one. Grouping depends on the prompts alone, never on timing."""
-        units = []
-        for part in _split_by_prefix(rows) if self.shared_prefix else [[r] for r in rows]:
-            prefix = _common_prefix([r.prompt_ids for r in part], min(r.feed_from for r in part))
-            if len(part) == 1 or len(prefix) < MIN_SHARED_PREFIX:
-                units.extend(_Unit.alone(r) for r in part)
-            else:
-                # A unit never holds more rows than a batch may: split it, each piece prefilling the prefix.
-                units.extend(_Unit(part[k:k + self.max_rows], prefix) for k in range(0, len(part), self.max_rows))
-        return sorted(units, key=lambda u: u.cost, reverse=True)
-
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
-        import torch
-
         if not requests:
             return []
+        feed = ListFeed(requests)
+        self.stream(feed)
+        return feed.results
+
+    def stream(self, feed: Feed) -> None:
+        """Answer a stream: take what is ready, answer what finishes, after every step. A sample's next wave joins
+        the moment its own answers are in, so no sample waits for another's slow row."""
+        import torch
+
         with self._lock, torch.inference_mode():
             started = time.perf_counter()
-            rows = self._rows(requests)
-            self._score_likelihoods([r for r in rows if not r.done and r.score_from is not None])
-            waiting = self._units([r for r in rows if not r.done])
-            active: list[_Row] = []
-            cache, mask = None, None
-            while waiting or any(not r.done for r in active):
-                if waiting and any(r.done for r in active):
-                    # Admission merges caches and counts the budget: compact the finished rows out first.
-                    cache, mask, active = compact_rows(cache, mask, active)
-                cache, mask, active = self._admit(waiting, active, cache, mask)
-                if not any(not r.done for r in active):
-                    continue
-                try:
-                    cache, mask, active = self._step(active, cache, mask)
-                except self._oom:
-                    cache, mask, active = self._preempt(active, waiting, cache, mask)
-            self.stats.seconds += time.perf_counter() - started
-        return [self._result(r, len(requests)) for r in rows]
+            scheduler = Scheduler(max_rows=self.max_rows, token_budget=self.token_budget,
+                                  shared_prefix=self.shared_prefix)
+            batch = Batch()
+            open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
+            twins: dict[int, list[tuple[int, StageRequest]]] = {}  # ticket -> identical requests waiting on it
+            computing: dict[tuple, int] = {}  # a request's identity -> the ticket computing it
+            try:
+                while True:
+                    ready = feed.take()
+                    if ready:
+                        # An identical request already in flight (a source's questions, asked for each of its
+                        # summaries) is computed once: greedy decoding would give every copy the same answer.
+                        fresh = []
+                        for ticket, request in ready:
+                            key = _identity(request)
+                            if key in computing:
+                                twins[computing[key]].append((ticket, request))
+                            else:
+                                computing[key], twins[ticket] = ticket, []
+                                fresh.append((ticket, request))
+                        rows = self._rows(fresh)
+                        open_rows.update((r.ticket, r) for r in rows)
+                        try:
+                            self._score_likelihoods([r for r in rows if not r.done and r.score_from is not None])
+                        except Exception as exc:  # noqa: BLE001 - recorded in each row, retried by the layer above
+                            _fail_open(open_rows, exc)
+                        scheduler.add([r for r in rows if not r.done])
+                        self._answer(feed, open_rows, twins, computing)
+                        continue
+                    if not scheduler.waiting and not batch.live:
+                        break
+                    try:
+                        self._advance(scheduler, batch)
+                    except Exception as exc:  # noqa: BLE001 - as above: every open row fails, kind "model"
+                        _fail_open(open_rows, exc)
+                        scheduler.waiting.clear()
+                        batch.cache, batch.mask, batch.rows = None, None, []
+                    self._answer(feed, open_rows, twins, computing)
+            finally:
+                self.stats.seconds += time.perf_counter() - started
 
-    def _admit(self, waiting: list[_Unit], active: list[_Row], cache, mask):
-        """Prefill waiting units that fit the budget and merge them into the running batch. Out of memory in a
+    def _answer(self, feed: Feed, open_rows: dict[int, Row], twins: dict, computing: dict) -> None:
+        from dataclasses import replace
+
+        for ticket in [t for t, r in open_rows.items() if r.done]:
+            row = open_rows.pop(ticket)
+            result = self._result(row)
+            del computing[_identity(row.request)]
+            waiting = twins.pop(ticket)
+            feed.give(ticket, result)
+            for other, request in waiting:
+                feed.give(other, replace(result, request=request, cached=True))
+
+    def _advance(self, scheduler: Scheduler, batch: Batch) -> None:
+        """One step: admit, then one forward pass over the running rows."""
+        if scheduler.waiting and any(r.done for r in batch.rows):
+            batch.compact()  # admission merges caches and counts the budget: the finished rows leave first
+        self._admit(scheduler, batch)
+        if not batch.live:
+            return
+        try:
+            self._step(batch)
+        except self._oom:
+            # Out of memory in a step: the newest half go back to wait, from scratch; one row alone fails.
+            self.stats.oom_splits += 1
+            if self.device.type == "cuda":
+                import torch
+
+                torch.cuda.empty_cache()
+            if not scheduler.preempt(batch):
+                for row in batch.live:
+                    row.fail("memory", OOM_ALONE)
+                batch.cache, batch.mask, batch.rows = None, None, []
+
+    def _admit(self, scheduler: Scheduler, batch: Batch) -> None:
+        """Prefill the units the scheduler picks and join them to the running batch. Out of memory in a
         prefill: retry with half the units; a single unit waits for the running rows to leave, and fails loudly
         only when it cannot run even alone."""
-        width = mask.shape[1] if mask is not None else 0
-        used = len(active) * width
-        chosen: list[_Unit] = []
-        while waiting:
-            unit = waiting[0]
-            rows_after = len(active) + sum(len(u.rows) for u in chosen) + len(unit.rows)
-            if (used + unit.cost > self.token_budget or rows_after > self.max_rows) and (active or chosen):
-                break
-            chosen.append(waiting.pop(0))
-            used += unit.cost
+        chosen = scheduler.schedule(batch)
         while chosen:
             try:
-                new_cache, new_mask, new_rows = self._prefill(chosen, joining=bool(active))
+                cache, mask, rows = self._prefill(chosen, joining=bool(batch.rows))
             except self._oom:
                 self.stats.oom_splits += 1
                 if len(chosen) > 1:
                     half = len(chosen) // 2
-                    waiting[:0] = chosen[half:]
+                    scheduler.put_back(chosen[half:])
                     chosen = chosen[:half]
                 elif len(chosen[0].rows) > 1:  # one unit: its rows in two halves, each prefilling the prefix
                     unit = chosen[0]
                     half = len(unit.rows) // 2
-                    waiting.insert(0, _Unit(unit.rows[half:], unit.prefix))
-                    chosen = [_Unit(unit.rows[:half], unit.prefix)]
-                elif active:
-                    waiting.insert(0, chosen[0])
-                    return cache, mask, active
+                    scheduler.put_back([Unit(unit.rows[half:], unit.prefix)])
+                    chosen = [Unit(unit.rows[:half], unit.prefix)]
+                elif batch.rows:
+                    scheduler.put_back(chosen)
+                    return
                 else:
                     for row in chosen[0].rows:
                         row.fail("memory", OOM_ALONE)
-                    return cache, mask, active
+                    return
             else:
-                return merge_rows(cache, mask, active, new_cache, new_mask, new_rows)
-        return cache, mask, active
+                batch.join(cache, mask, rows)
+                return
 
-    def _prefill(self, units: list[_Unit], joining: bool = True):
-        """Run each unit's shared prefix once (left-padded batch), then fork the cache into one row per request.
+    def _stored_cache(self, prefixes: list[list[int]]):
+        """A cache holding, for each prefix, the keys and values of its longest stored part, left-padded to a
+        common width; its mask; and each stored length. Nothing stored: an empty cache."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.judge.model.config)
+        found = [self.store.lookup(p) if self.store is not None else (None, 0) for p in prefixes]
+        kept = [n if n >= MIN_SHARED_PREFIX else 0 for _, n in found]
+        kept = [min(n, len(p)) for n, p in zip(kept, prefixes)]
+        width = max(kept, default=0)
+        mask = torch.zeros((len(prefixes), width), dtype=torch.long)
+        if width:
+            layers = next(kv for kv, n in zip((f[0] for f in found), kept) if n)
+            for layer, (k0, v0) in enumerate(layers):
+                keys = k0.new_zeros((len(prefixes), k0.shape[1], width, k0.shape[3]))
+                values = v0.new_zeros((len(prefixes), v0.shape[1], width, v0.shape[3]))
+                for i, ((kv, _), n) in enumerate(zip(found, kept)):
+                    if n:
+                        keys[i, :, width - n:] = kv[layer][0][0, :, :n]
+                        values[i, :, width - n:] = kv[layer][1][0, :, :n]
+                cache.update(keys, values, layer)
+            for i, n in enumerate(kept):
+                mask[i, width - n:] = 1 if n else 0
+            self.stats.stored_tokens += sum(kept)
+        return cache, mask, kept
+
+    def _store(self, prefix: list[int], cache, row: int, columns) -> None:
+        """Copy one row's keys and values at the given columns into the prefix store."""
+        if self.store is None or len(prefix) < MIN_SHARED_PREFIX:
+            return
+        kv = [(layer.keys[row:row + 1, :, columns].clone(), layer.values[row:row + 1, :, columns].clone())
+              for layer in cache.layers]
+        self.store.add(prefix, kv)
+
+    def _prefill(self, units: list[Unit], joining: bool = True):
+        """Each unit's shared prefix once (its stored part from the prefix store, the rest in one batched pass with
+        masked holes), then the cache forked into one row per request.
         joining: rows are running already, so the new rows' own prompt remainders get a pass of their own."""
         import torch
 
         prefixes = [u.prefix for u in units]
-        width = max(len(p) for p in prefixes)
-        ids = torch.full((len(units), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(units), width), dtype=torch.long)
-        for i, p in enumerate(prefixes):
-            if p:
-                ids[i, width - len(p):] = torch.tensor(p)
-                mask[i, width - len(p):] = 1
-        positions = (mask.cumsum(1) - 1).clamp(min=0)
         if self.fault_injector:
             self.fault_injector("prefill", sum(len(u.rows) for u in units))
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.judge.model.config)
+        cache, mask, kept = self._stored_cache(prefixes)
+        rests = [p[n:] for p, n in zip(prefixes, kept)]
+        width = max(len(r) for r in rests)
         if width:
+            ids = torch.full((len(units), width), self.pad_id, dtype=torch.long)
+            new_mask = torch.zeros((len(units), width), dtype=torch.long)
+            positions = torch.zeros((len(units), width), dtype=torch.long)
+            for i, (rest, n) in enumerate(zip(rests, kept)):
+                ids[i, :len(rest)] = torch.tensor(rest, dtype=torch.long)
+                new_mask[i, :len(rest)] = 1
+                positions[i] = torch.arange(n, n + width).clamp(max=n + max(len(rest), 1) - 1)
+            mask = torch.cat([mask, new_mask], dim=1)
             self._decoder(ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
             self.stats.forward_passes += 1
-        self.stats.prefill_tokens += sum(len(p) for p in prefixes)
+            self.stats.prefill_tokens += sum(len(r) for r in rests)
+            for i, (unit, rest) in enumerate(zip(units, rests)):
+                if rest:  # a prefix found whole in the store is there already
+                    self._store(unit.prefix, cache, i, mask[i].nonzero()[:, 0].to(self.device))
+        mask = mask.to(self.device)
         # Fork: row j of unit i reads unit i's cache.
         fork = [i for i, u in enumerate(units) for _ in u.rows]
-        if width:
+        if mask.shape[1]:
             select_rows(cache, torch.tensor(fork, device=self.device))
-        mask = mask[fork].to(self.device)
+        mask = mask[torch.tensor(fork, device=self.device)]
         rows = [row for unit in units for row in unit.rows]
         starts = [len(unit.prefix) for unit in units for _ in unit.rows]
         # Each row's own rest of the prompt (all but its last token) in a second pass over the new rows only, so
@@ -367,7 +412,7 @@ class TransformersEngine:
                 self._take_forced(row)
         return cache, mask, rows
 
-    def _take_forced(self, row: _Row) -> None:
+    def _take_forced(self, row: Row) -> None:
         forced = row.matcher.compute_ff_tokens()
         if forced:
             row.matcher.consume_tokens(forced)
@@ -376,8 +421,10 @@ class TransformersEngine:
             row.forced += len(forced)
             self.stats.forced_tokens += len(forced)
 
-    def _step(self, active: list[_Row], cache, mask):
+    def _step(self, batch: Batch) -> None:
         import torch
+
+        active, cache, mask = batch.rows, batch.cache, batch.mask
 
         # 2. Masks for the whole batch on the CPU, then one transfer. Finished rows may still hold a slot (see
         # the end of the step): they feed nothing and read nothing.
@@ -395,7 +442,7 @@ class TransformersEngine:
                     self.stats.skipped_forwards += 1
             live = [i for i in live if not active[i].done]
             if not live:
-                return None, None, []
+                return
         # 3. One forward pass over the rows' pending tokens; shorter rows get masked holes. The width is the
         # widest whose padding stays within step_tokens slots: that much padding rides along nearly free (the pass
         # reads every weight once anyway), more costs real compute. A row with a longer run of forced tokens feeds
@@ -463,21 +510,23 @@ class TransformersEngine:
                 row.fail("cap", f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
         # 5. Compacting the batch copies the whole KV cache, so finished rows keep their slot (fed nothing) until a
         # quarter of the slots are finished, or new rows are admitted.
+        batch.mask = full_mask
         dead = sum(r.done for r in active)
         if dead and dead * 4 >= len(active):
-            return compact_rows(cache, full_mask, active)
-        return trim_columns(cache, full_mask, active)
+            batch.compact()
+        else:
+            batch.trim()
 
-    def _score_likelihoods(self, rows: list[_Row]) -> None:
+    def _score_likelihoods(self, rows: list[Row]) -> None:
         """Every likelihood row, group by group (rows that share a prompt prefix, whichever sample they belong to),
         in batches within the row cap and the token budget."""
-        for group in _split_by_prefix(rows) if self.shared_prefix else [[r] for r in rows]:
-            prefix = _common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
+        for group in split_by_prefix(rows) if self.shared_prefix else [[r] for r in rows]:
+            prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
             size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
             for at in range(0, len(group), size):
                 self._likelihood_batch(group[at:at + size], prefix)
 
-    def _likelihood_batch(self, batch: list[_Row], prefix: list[int]) -> None:
+    def _likelihood_batch(self, batch: list[Row], prefix: list[int]) -> None:
         """One pass; out of memory: two halves, down to a row that cannot run alone, which fails loudly."""
         try:
             self._likelihood_pass(batch, prefix)
@@ -490,20 +539,21 @@ class TransformersEngine:
             self._likelihood_batch(batch[:half], prefix)
             self._likelihood_batch(batch[half:], prefix)
 
-    def _likelihood_pass(self, batch: list[_Row], prefix: list[int]) -> None:
+    def _likelihood_pass(self, batch: list[Row], prefix: list[int]) -> None:
         import torch
-        from transformers import DynamicCache
 
         now = time.perf_counter()
         if self.fault_injector:
             self.fault_injector("likelihood", len(batch))
-        cache = DynamicCache(config=self.judge.model.config)
+        cache, _, (kept,) = self._stored_cache([prefix])
         start = len(prefix)
-        if start:
-            self._decoder(torch.tensor([prefix], device=self.device), None,
-                          torch.arange(start, device=self.device)[None], cache)
+        if start > kept:
+            self._decoder(torch.tensor([prefix[kept:]], device=self.device), None,
+                          torch.arange(kept, start, device=self.device)[None], cache)
             self.stats.forward_passes += 1
-            self.stats.prefill_tokens += start
+            self.stats.prefill_tokens += start - kept
+            self._store(prefix, cache, 0, torch.arange(start, device=self.device))
+        if start:
             cache.batch_repeat_interleave(len(batch))
         rests = [r.prompt_ids[start:] for r in batch]
         width = max(len(rest) for rest in rests)
@@ -520,7 +570,7 @@ class TransformersEngine:
         for row in batch:
             row.done = True
 
-    def _read_likelihoods(self, batch: list[_Row], fed: list[int], hidden) -> None:
+    def _read_likelihoods(self, batch: list[Row], fed: list[int], hidden) -> None:
         """Add the log-probability of every continuation token fed in this pass, read at the position before it.
         The vocabulary projection runs only at those positions, a few hundred at a time."""
         import torch
@@ -543,26 +593,6 @@ class TransformersEngine:
                 batch[i].logprob_sum += value
                 batch[i].logprob_count += 1
 
-    def _preempt(self, active: list[_Row], waiting: list[_Unit], cache, mask):
-        """Out of memory in a step: send the newest half of the rows back to wait, from scratch (greedy decoding
-        makes their rerun identical), and go on with the rest."""
-        import torch
-
-        self.stats.oom_splits += 1
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        cache, mask, active = compact_rows(cache, mask, active)
-        if len(active) == 1:
-            active[0].fail("memory", OOM_ALONE)
-            return None, None, []
-        cut = len(active) // 2
-        for row in active[cut:]:
-            _restart(row)
-            waiting.insert(0, _Unit.alone(row))
-        keep = torch.arange(cut, device=self.device)
-        select_rows(cache, keep)
-        return cache, mask[keep], active[:cut]
-
     def _choice_mask(self, choice: tuple[str, str]):
         """Tokens whose text (quotes and spaces stripped) starts with the yes / the no character, and the
         whitespace-only tokens a grammar may allow before either."""
@@ -576,7 +606,8 @@ class TransformersEngine:
             self._choice_masks[choice] = (yes, no, neutral)
         return self._choice_masks[choice]
 
-    def _result(self, row: _Row, calls: int) -> StageResult:
+    def _result(self, row: Row) -> StageResult:
+        calls = row.calls
         if row.score_from is not None:
             return self._likelihood_result(row, calls)
         tok = self.judge.tokenizer
@@ -597,7 +628,7 @@ class TransformersEngine:
                 res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
         return res
 
-    def _likelihood_result(self, row: _Row, calls: int) -> StageResult:
+    def _likelihood_result(self, row: Row, calls: int) -> StageResult:
         res = StageResult(request=row.request, value=None, raw_output=row.request.continuation or "",
                           prompt=row.prompt, tokens_in=len(row.prompt_ids), tokens_out=0, batch_size=calls,
                           error=row.error, error_kind=row.error_kind, cap=0)
@@ -608,10 +639,19 @@ class TransformersEngine:
         return res
 
 
-def _restart(row: _Row) -> None:
-    row.matcher = None
-    row.pending, row.out, row.choice_probs = [], [], []
-    row.decoded = row.forced = row.position = 0
+def _identity(request: StageRequest) -> tuple:
+    """What a request's answer depends on (not which sample or stage asked)."""
+    return (json.dumps(request.messages, sort_keys=True), request.schema_json, request.max_new_tokens,
+            request.verdict_choice, request.continuation)
+
+
+def _fail_open(open_rows: dict[int, Row], exc: Exception) -> None:
+    """The engine itself raised (not out of memory): every row taken and not answered fails with the error, kind
+    "model", so the retry layer reruns it once and the driver never loses a row."""
+    message = f"the engine raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    for row in open_rows.values():
+        if not row.done:
+            row.fail("model", message)
 
 
 def _unpack(bitmask, vocab_size: int):
@@ -621,42 +661,3 @@ def _unpack(bitmask, vocab_size: int):
     shifts = torch.arange(32, dtype=torch.int32)
     bits = (bitmask.unsqueeze(-1) >> shifts) & 1
     return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()
-
-
-def _common_prefix(seqs: list[list[int]], limit: int) -> list[int]:
-    """Longest common token prefix, no longer than limit (the tokens every row must still feed come after it)."""
-    n = min(min(len(s) for s in seqs) - 1, limit)
-    first = seqs[0]
-    for k in range(max(n, 0)):
-        if any(s[k] != first[k] for s in seqs[1:]):
-            return first[:k]
-    return first[:max(n, 0)]
-
-
-def _split_by_prefix(rows: list[_Row]) -> list[list[_Row]]:
-    """Rows whose prompts share most of their tokens go together, whichever sample they belong to: rows sorted by
-    their tokens, a run of them is a group while the run's common prefix covers at least half of its longest prompt
-    (and MIN_SHARED_PREFIX tokens). A shared source or summary qualifies; a shared system message or chat preamble
-    alone does not, since a row that shares little is better prefilled whole than fed in a remainder pass, and one
-    short prompt must not pull long ones into a group that shares only the preamble. Depends on the prompts only."""
-    groups: list[list[_Row]] = []
-    shared = longest = 0  # of the last group: its common prefix (a sorted run's: first row with each) and longest
-    for row in sorted(rows, key=lambda r: r.prompt_ids):
-        if groups:
-            common = min(shared, _lcp(groups[-1][0].prompt_ids, row.prompt_ids))
-            widest = max(longest, len(row.prompt_ids))
-            if common >= max(MIN_SHARED_PREFIX, widest // 2):
-                groups[-1].append(row)
-                shared, longest = common, widest
-                continue
-        groups.append([row])
-        shared = longest = len(row.prompt_ids)
-    return groups
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for k in range(n):
-        if a[k] != b[k]:
-            return k
-    return n

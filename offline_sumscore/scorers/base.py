@@ -12,7 +12,7 @@ import os
 from typing import Any, Callable, Generator, Iterable, Sequence
 
 from ..chunking import fit_pieces
-from ..engine import Engine
+from ..engine import Engine, stream
 from ..engine.retry import RetryingEngine
 from ..errors import JudgeOutputError, UsageError
 from ..results import FailedRow
@@ -33,31 +33,63 @@ def first_prob(result: StageResult) -> float | None:
     return result.choice_probs[0] if result.choice_probs else None
 
 
-def drive(engine: Engine, plans: Sequence[Plan]) -> list[Any]:
-    """Run every plan to completion, one engine call per wave. A plan that raises JudgeOutputError ends as that
+class PlanFeed:
+    """Plans as a stream of requests (engine.Feed): each plan's next wave is ready the moment its own answers are
+    in, and a new plan starts whenever fewer than in_flight are running, in the order given. on_done(i, outcome)
+    gets each plan's result (or its JudgeOutputError) as it finishes."""
+
+    def __init__(self, plans: Iterable[Plan], on_done: Callable[[int, Any], None], in_flight: int):
+        self.plans, self.on_done, self.in_flight = iter(enumerate(plans)), on_done, max(1, in_flight)
+        self.running: dict[int, list] = {}  # plan index -> [plan, its wave's results, answers still missing]
+        self.ready: list[tuple[int, StageRequest]] = []
+        self.owner: dict[int, tuple[int, int]] = {}  # ticket -> (plan index, slot in its wave)
+        self.tickets = 0
+        self.exhausted = False
+
+    def take(self) -> list[tuple[int, StageRequest]]:
+        while not self.exhausted and len(self.running) < self.in_flight:
+            try:
+                i, plan = next(self.plans)
+            except StopIteration:
+                self.exhausted = True
+                break
+            self._advance(i, plan, None)
+        ready, self.ready = self.ready, []
+        return ready
+
+    def give(self, ticket: int, result: StageResult) -> None:
+        i, slot = self.owner.pop(ticket)
+        entry = self.running[i]
+        entry[1][slot] = result
+        entry[2] -= 1
+        if entry[2] == 0:
+            self._advance(i, entry[0], entry[1])
+
+    def _advance(self, i: int, plan: Plan, sent: list[StageResult] | None) -> None:
+        while True:
+            try:
+                wave = plan.send(sent)  # type: ignore[arg-type]
+            except StopIteration as done:
+                self.running.pop(i, None)
+                return self.on_done(i, done.value)
+            except JudgeOutputError as exc:
+                self.running.pop(i, None)
+                return self.on_done(i, exc)
+            if wave:
+                break
+            sent = []  # an empty wave is answered at once
+        self.running[i] = [plan, [None] * len(wave), len(wave)]
+        for slot, request in enumerate(wave):
+            self.owner[self.tickets] = (i, slot)
+            self.ready.append((self.tickets, request))
+            self.tickets += 1
+
+
+def drive(engine: Engine, plans: Sequence[Plan], *, in_flight: int | None = None) -> list[Any]:
+    """Run every plan to completion through engine's stream. A plan that raises JudgeOutputError ends as that
     exception in its slot; the other plans go on."""
     outcomes: list[Any] = [None] * len(plans)
-    waiting: dict[int, list[StageRequest]] = {}
-
-    def advance(i: int, sent: list[StageResult] | None) -> None:
-        try:
-            waiting[i] = plans[i].send(sent)  # type: ignore[arg-type]
-        except StopIteration as done:
-            outcomes[i] = done.value
-        except JudgeOutputError as exc:
-            outcomes[i] = exc
-
-    for i in range(len(plans)):
-        advance(i, None)
-    while waiting:
-        order = list(waiting.items())
-        waiting.clear()
-        flat = [req for _, reqs in order for req in reqs]
-        results = engine.run(flat) if flat else []
-        at = 0
-        for i, reqs in order:
-            advance(i, results[at:at + len(reqs)])
-            at += len(reqs)
+    stream(engine, PlanFeed(plans, outcomes.__setitem__, in_flight or len(plans)))
     return outcomes
 
 
@@ -145,23 +177,38 @@ class ScorerBase:
         if on_error not in ("raise", "return"):
             raise UsageError(f"on_error must be 'raise' or 'return'. Given: {on_error}")
         samples = [as_sample(item, i) for i, item in enumerate(items)]
-        runner = self.runner
-        outcomes = drive(runner, [self.plan(s) for s in samples])
-        described = runner.describe()
-        # The row records the judge and, under it, the engine settings that produced the verdicts.
-        judge = dict(described.get("judge", {}), engine={k: v for k, v in described.items() if k != "judge"})
-        final = []
-        for sample, outcome in zip(samples, outcomes):
-            if isinstance(outcome, JudgeOutputError):
-                if on_error == "raise":
-                    raise outcome
-                outcome = FailedRow(id=sample.id, metric=self.metric, stages=getattr(outcome, "stages", {}),
-                                    error={"stage": outcome.stage, "cause": f"{outcome.stage}:{outcome.kind}",
-                                           "message": str(outcome), "raw_output": outcome.raw_output})
-            else:
-                outcome.judge = judge
-            final.append(outcome)
+        final: list[Any] = [None] * len(samples)
+
+        def keep(i: int, outcome: Any) -> None:
+            final[i] = outcome
+
+        self.stream(samples, keep, in_flight=len(samples))
+        for outcome in final:
+            if on_error == "raise" and isinstance(outcome, FailedRow):
+                raise outcome.exception
         return final
+
+    def stream(self, samples: Sequence[Sample], on_done: Callable[[int, Any], None], *, in_flight: int) -> None:
+        """Score samples as one stream through the engine: at most in_flight at a time, each started the moment
+        another finishes, in order. on_done(i, result) gets each result (a FailedRow where the judge failed) the
+        moment it is final, which is not in input order."""
+        runner = self.runner
+
+        def finish(i: int, outcome: Any) -> None:
+            if isinstance(outcome, JudgeOutputError):
+                exc = outcome
+                outcome = FailedRow(id=samples[i].id, metric=self.metric, stages=getattr(exc, "stages", {}),
+                                    error={"stage": exc.stage, "cause": f"{exc.stage}:{exc.kind}",
+                                           "message": str(exc), "raw_output": exc.raw_output}, exception=exc)
+            else:
+                # The row records the judge and, under it, the engine settings that produced the verdicts, as they
+                # are when the row is final (a served judge may have fallen back to another mode on the way).
+                described = runner.describe()
+                outcome.judge = dict(described.get("judge", {}),
+                                     engine={k: v for k, v in described.items() if k != "judge"})
+            on_done(i, outcome)
+
+        stream(runner, PlanFeed((self.plan(s) for s in samples), finish, in_flight))
 
     def score_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, resume: bool = False,
                    chunk_size: int | None = None, source_field: str = "source", summary_field: str = "summary",
