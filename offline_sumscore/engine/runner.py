@@ -361,15 +361,8 @@ class TransformersEngine:
             self.fault_injector("prefill", sum(len(u.rows) for u in units))
         cache, mask, kept = self._stored_cache(prefixes)
         rests = [p[n:] for p, n in zip(prefixes, kept)]
-        width = max(len(r) for r in rests)
-        if width:
-            ids = torch.full((len(units), width), self.pad_id, dtype=torch.long)
-            new_mask = torch.zeros((len(units), width), dtype=torch.long)
-            positions = torch.zeros((len(units), width), dtype=torch.long)
-            for i, (rest, n) in enumerate(zip(rests, kept)):
-                ids[i, :len(rest)] = torch.tensor(rest, dtype=torch.long)
-                new_mask[i, :len(rest)] = 1
-                positions[i] = torch.arange(n, n + width).clamp(max=n + max(len(rest), 1) - 1)
+        if max(len(r) for r in rests):
+            ids, new_mask, positions = _holed(rests, kept, self.pad_id)
             mask = torch.cat([mask, new_mask], dim=1)
             self._decoder(ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
             self.stats.forward_passes += 1
@@ -389,15 +382,8 @@ class TransformersEngine:
         # the running batch's steps feed one token (plus forced ones) per row instead of padding every row out to
         # the longest prompt remainder.
         rests = [row.prompt_ids[start:row.feed_from] if joining else [] for row, start in zip(rows, starts)]
-        width = max(len(r) for r in rests)
-        if width:
-            ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-            rest_mask = torch.zeros((len(rows), width), dtype=torch.long)
-            positions = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, (rest, start) in enumerate(zip(rests, starts)):
-                ids[i, :len(rest)] = torch.tensor(rest, dtype=torch.long)
-                rest_mask[i, :len(rest)] = 1
-                positions[i] = torch.arange(start, start + width).clamp(max=start + max(len(rest), 1) - 1)
+        if max(len(r) for r in rests):
+            ids, rest_mask, positions = _holed(rests, starts, self.pad_id)
             mask = torch.cat([mask, rest_mask.to(self.device)], dim=1)
             self._decoder(ids.to(self.device), mask, positions.to(self.device), cache)
             self.stats.forward_passes += 1
@@ -637,6 +623,22 @@ class TransformersEngine:
             n = row.logprob_count
             res.value = Likelihood(mean_logprob=row.logprob_sum / n, tokens=n)
         return res
+
+
+def _holed(seqs: list[list[int]], starts: list[int], pad_id: int):
+    """Token lists as one batch: each left-aligned, masked holes after it, position ids going on from its start
+    (holes repeat the last position; they are never attended). Returns ids, mask, positions."""
+    import torch
+
+    width = max(len(seq) for seq in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    positions = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (seq, start) in enumerate(zip(seqs, starts)):
+        ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+        mask[i, :len(seq)] = 1
+        positions[i] = torch.arange(start, start + width).clamp(max=start + max(len(seq), 1) - 1)
+    return ids, mask, positions
 
 
 def _identity(request: StageRequest) -> tuple:
