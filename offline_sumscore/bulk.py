@@ -83,14 +83,6 @@ Chunk = list  # the input rows (Sample | BadRow) of one chunk, in input order
 ChunkScorer = Callable[[list[tuple[int, Chunk]]], Iterator[tuple[int, list[dict]]]]
 
 
-def score_chunks_here(scorer) -> ChunkScorer:
-    """Score chunks one after another in this process: each chunk's Samples in one score_many call."""
-    def run(todo):
-        for k, chunk in todo:
-            yield k, chunk_rows(chunk, score_samples(scorer, chunk), scorer.metric)
-    return run
-
-
 def stream_chunks_here(scorer, todo: list[tuple[int, Chunk]], emit: Callable[[int, list[dict]], None],
                        in_flight: int = DEFAULT_IN_FLIGHT) -> None:
     """Score the chunks' Samples as one stream; emit(k, rows) each chunk, in the order given, as soon as it and
