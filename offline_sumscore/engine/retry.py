@@ -27,8 +27,7 @@ class RetryingEngine(EngineLayer):
         if not again:
             return results
         self.retries += len(again)
-        second = self._attempt([replace(requests[i], max_new_tokens=2 * results[i].cap)
-                                if results[i].error_kind == "cap" and results[i].cap else requests[i] for i in again])
+        second = self._attempt([second_try(requests[i], results[i]) for i in again])
         for i, result in zip(again, second):
             # The result answers the request as asked (its cache key), whatever cap the retry ran under.
             results[i] = replace(result, request=requests[i], first_attempt=results[i].audit())
@@ -47,9 +46,19 @@ class RetryingEngine(EngineLayer):
         except AssertionError:  # a test's scripted engine ran out of replies: a bug in the test, not the judge
             raise
         except Exception as exc:  # noqa: BLE001 - recorded in every row of the call, then retried once
-            message = f"the engine raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            message = engine_raised(exc)
             return [StageResult(request=r, value=None, raw_output="", error=message, error_kind="model")
                     for r in requests]
+
+
+def second_try(request: StageRequest, first: StageResult) -> StageRequest:
+    """What a failed request is asked again as: with twice the cap if it hit its cap, else as it was."""
+    return replace(request, max_new_tokens=2 * first.cap) if first.error_kind == "cap" and first.cap else request
+
+
+def engine_raised(exc: Exception) -> str:
+    """The error recorded in each row of a call in which the engine itself raised (kind "model")."""
+    return f"the engine raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
 class _RetryFeed:
@@ -70,7 +79,6 @@ class _RetryFeed:
             self.layer.retries += 1
             request = result.request
             self.first[ticket] = (request, result)
-            self.again.append((ticket, replace(request, max_new_tokens=2 * result.cap)
-                               if result.error_kind == "cap" and result.cap else request))
+            self.again.append((ticket, second_try(request, result)))
         else:
             self.outer.give(ticket, result)

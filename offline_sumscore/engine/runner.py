@@ -40,6 +40,7 @@ from ..stages import StageRequest, StageResult
 from . import Feed, ListFeed
 from .batch_cache import select_rows
 from .grammar import BACKEND, GrammarCache
+from .retry import engine_raised
 from .scheduler import MIN_SHARED_PREFIX, Batch, PrefixStore, Row, Scheduler, Unit, common_prefix, split_by_prefix
 
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
@@ -650,7 +651,7 @@ def _identity(request: StageRequest) -> tuple:
 def _fail_open(open_rows: dict[int, Row], exc: Exception) -> None:
     """The engine itself raised (not out of memory): every row taken and not answered fails with the error, kind
     "model", so the retry layer reruns it once and the driver never loses a row."""
-    message = f"the engine raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    message = engine_raised(exc)
     for row in open_rows.values():
         if not row.done:
             row.fail("model", message)
