@@ -216,8 +216,9 @@ class TransformersEngine:
                                   shared_prefix=self.shared_prefix)
             batch = Batch()
             open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
-            twins: dict[int, list[tuple[int, StageRequest]]] = {}  # ticket -> identical requests waiting on it
-            computing: dict[tuple, int] = {}  # a request's identity -> the ticket computing it
+            # ticket -> (its request's identity, the identical requests waiting on it); identity -> that ticket
+            twins: dict[int, tuple[tuple, list[tuple[int, StageRequest]]]] = {}
+            computing: dict[tuple, int] = {}
             try:
                 while True:
                     ready = feed.take()
@@ -228,9 +229,9 @@ class TransformersEngine:
                         for ticket, request in ready:
                             key = _identity(request)
                             if key in computing:
-                                twins[computing[key]].append((ticket, request))
+                                twins[computing[key]][1].append((ticket, request))
                             else:
-                                computing[key], twins[ticket] = ticket, []
+                                computing[key], twins[ticket] = ticket, (key, [])
                                 fresh.append((ticket, request))
                         rows = self._rows(fresh)
                         open_rows.update((r.ticket, r) for r in rows)
@@ -259,8 +260,8 @@ class TransformersEngine:
         for ticket in [t for t, r in open_rows.items() if r.done]:
             row = open_rows.pop(ticket)
             result = self._result(row)
-            del computing[_identity(row.request)]
-            waiting = twins.pop(ticket)
+            key, waiting = twins.pop(ticket)
+            del computing[key]
             feed.give(ticket, result)
             for other, request in waiting:
                 feed.give(other, replace(result, request=request, cached=True))
