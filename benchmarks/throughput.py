@@ -38,6 +38,7 @@ import os
 import platform
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -241,7 +242,8 @@ def flip_rate(base, other) -> float:
 
 
 # -- the ladder ------------------------------------------------------------------------------------------------
-def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int = 32, allow_cpu: bool = False):
+def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int = 32, allow_cpu: bool = False,
+         vocab: int = 128256):
     from offline_sumscore.judge import Judge, load_judge, models_root
 
     if config == "cpu":
@@ -256,8 +258,13 @@ def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int 
     tok_dir = tokenizer_dir or str(models_root() / "SmolLM2-135M-Instruct")
     tokenizer = AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
     tokenizer.padding_side = "left"
+    own = len(tokenizer)
+    if vocab > own:
+        # Llama-3's vocabulary is 128,256 tokens; SmolLM2's tokenizer has 49,152. Reserved tokens fill the rest, so
+        # that every per-vocabulary cost (grammar masks, their transfer, the head, softmax) is paid at full width.
+        tokenizer.add_tokens([f"<|reserved_{i}|>" for i in range(vocab - own)], special_tokens=True)
     cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers, num_attention_heads=32,
-                      num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0,
+                      num_key_value_heads=8, vocab_size=max(128256, len(tokenizer)), max_position_embeddings=8192, rope_theta=500000.0,
                       tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
@@ -269,8 +276,9 @@ def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int 
     hf_model.generation_config.eos_token_id = tokenizer.eos_token_id
     return Judge(model=hf_model, tokenizer=tokenizer, name=f"random-llama-3.1-8b-geometry-{layers}-layers",
                  path="(random)", device=device, dtype="bfloat16", identity="random", context_length=8192,
-                 decisions={"weights": "random, Llama-3.1-8B geometry (32 layers, 4096 hidden, GQA 8); tokenizer "
-                                       "SmolLM2's: ids below 49152 of a 128256-row head"})
+                 decisions={"weights": f"random, Llama-3.1-8B geometry ({layers} layers, 4096 hidden, GQA 8); "
+                                       f"tokenizer SmolLM2's, {own} tokens, padded with reserved tokens to "
+                                       f"{len(tokenizer)} (grammar masks span them all); a {cfg.vocab_size}-row head"})
 
 
 def main() -> None:
@@ -279,12 +287,17 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL with source/summary (frozen inputs)")
     ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one")
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
-    ap.add_argument("--rungs", default="0,1,2,3,4,5,6,7,7b,8")
+    ap.add_argument("--rungs", default="7,0,1,2,3,4,5,6,7b,8",
+                    help="in the order run: the full engine first, so a run cut short still has it")
     ap.add_argument("--shared-rungs", default="0,1,5,6,7", help="rungs run on the shared-source workload ('' for none)")
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--questions", type=int, default=None)
+    ap.add_argument("--shared-docs", type=int, default=None, help="shared workload: documents")
+    ap.add_argument("--per-doc", type=int, default=None, help="shared workload: summaries per document")
     ap.add_argument("--layers", type=int, default=32, help="gpu config: decoder layers (32 is Llama-3.1-8B)")
     ap.add_argument("--allow-cpu", action="store_true", help="gpu config: run on the CPU (a code-path check only)")
+    ap.add_argument("--vocab", type=int, default=128256,
+                    help="gpu config: pad the tokenizer to this many tokens (Llama-3's 128256; 0 keeps its own)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     cfg = dict(CONFIGS[args.config])
@@ -292,15 +305,24 @@ def main() -> None:
         cfg["samples"] = args.samples
     if args.questions:
         cfg["questions"] = args.questions
-    judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu)
+    if args.shared_docs:
+        cfg["shared_docs"] = args.shared_docs
+    if args.per_doc:
+        cfg["per_doc"] = args.per_doc
+    judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu, args.vocab)
     peaks = measure_peaks(judge.model.device, judge.model.dtype)
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
     caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"],
                 max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
-    # Warm up: grammars compiled, kernels loaded, token texts cached; not timed.
+    # Warm up every path a timed rung takes: grammars compiled, kernels loaded, token texts cached, and outlines'
+    # own processor (its mask kernel compiles on first use); not timed.
     SummarizationScorer(engine=TransformersEngine(judge), **caps).score_many(inputs[:1], on_error="return")
     SummarizationScorer(engine=TransformersEngine(judge), key_sentences=cfg["questions"]).score_many(
         inputs[:1], on_error="return")
+    if {"0", "1"} & set(args.rungs.split(",") + args.shared_rungs.split(",")):
+        for batch in (False, True):
+            SummarizationScorer(engine=OutlinesEngine(judge, batch=batch), **dict(caps, max_questions=1)).score_many(
+                inputs[:1], on_error="return")
 
     wave = dict(continuous=False, prefix_store=False)  # rungs 2 to 5: the engine as it ran before the stream
     ladder = {
@@ -318,9 +340,9 @@ def main() -> None:
     workloads = {"standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
                  "shared": (shared_inputs(args.data, cfg["shared_docs"], cfg["per_doc"], cfg["source_chars"]),
                             cfg["shared_reference_samples"], [r for r in args.shared_rungs.split(",") if r])}
-    rows = []
+    rows: list[dict] = []
+    outputs: dict = {workload: {} for workload in workloads}  # workload -> rung -> results
     for workload, (items, reference, rungs) in workloads.items():
-        outputs: dict = {}
         for rung in rungs:
             label, make, options = ladder[rung]
             engine = make()
@@ -328,12 +350,22 @@ def main() -> None:
             batch = items[:reference] if isinstance(engine, OutlinesEngine) else items
             if judge.model.device.type == "cuda":
                 torch.cuda.synchronize()
-            started = time.perf_counter()
-            results = scorer.score_many(batch, on_error="return")
-            if judge.model.device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - started
-            outputs[rung] = results
+            watch = judge.model.device.type == "cuda" and rung == "7"
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if watch:  # every call that makes the host wait for the GPU warns (timed with it: a small cost)
+                    torch.cuda.set_sync_debug_mode("warn")
+                started = time.perf_counter()
+                try:
+                    results = scorer.score_many(batch, on_error="return")
+                finally:
+                    if watch:
+                        torch.cuda.set_sync_debug_mode(0)
+                if judge.model.device.type == "cuda":
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - started
+            syncs = sum(1 for w in caught if "synchroniz" in str(w.message)) if watch else None
+            outputs[workload][rung] = results
             if isinstance(engine, OutlinesEngine):
                 prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
                 stored = 0
@@ -350,31 +382,62 @@ def main() -> None:
                          "decoded_tokens": decoded, "forward_passes": passes, "stored_tokens": stored,
                          "prefill_per_sample": prefill / len(batch),
                          "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
-                         # Rungs 7b and 8 judge otherwise (no reasons; other items): no flip rate against rung 0.
-                         "flip_rate_vs_rung0": flip_rate(outputs["0"], results) if "0" in outputs and
-                         rung not in ("7b", "8") else None})
+                         "nan_values": nan_count(results),
+                         "nan_rows": engine.stats.nan_rows if hasattr(engine, "stats") else 0,
+                         "sync_warnings": syncs})
             print(f"{workload} rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s, "
                   f"{prefill / len(batch):.0f} prefill tokens a sample", file=sys.stderr, flush=True)
+            markdown, report = write_report(args, cfg, judge, peaks, inputs, rows, outputs, list(ladder))
+    print(markdown)
+    print(json.dumps(report))
+
+
+def nan_count(results) -> int:
+    """NaN anywhere a verdict's number lands (P(yes), soft scores, likelihoods): a poisoned attention row shows up
+    here even where the JSON stays valid."""
+    count = 0
+    for r in results:
+        for stage in getattr(r, "stages", None) or []:
+            values = list(stage.get("choice_probs") or []) if isinstance(stage, dict) else []
+            count += sum(1 for v in values if v != v)
+        for name in ("score", "alignment", "coverage", "soft_alignment", "soft_coverage"):
+            v = getattr(r, name, None)
+            count += isinstance(v, float) and v != v
+    return count
+
+
+def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -> tuple[str, dict]:
+    """Ratios, the floor, the table, in ladder order; written after every rung, so a run cut short keeps what it
+    measured. Returns the markdown and the report."""
+    workloads = ("standard", "shared")
+    order = {rung: k for k, rung in enumerate(ladder_order)}
+    rows = sorted(rows, key=lambda r: (workloads.index(r["workload"]), order[r["rung"]]))
+    for row in rows:
+        done = outputs[row["workload"]]
+        # Rungs 7b and 8 judge otherwise (no reasons; other items): no flip rate against rung 0.
+        row["flip_rate_vs_rung0"] = (flip_rate(done["0"], done[row["rung"]])
+                                     if "0" in done and row["rung"] not in ("7b", "8") else None)
     # One floor for the standard workload: the least work that gives the same verdicts, i.e. the token and pass
     # counts of the rung that ran the fewest tokens. Every standard rung's time is set against it.
-    standard = [r for r in rows if r["workload"] == "standard"]
-    least = min((r for r in standard if r["rung"] not in ("7b", "8")),
-                key=lambda r: r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"])
-    avg_context = least["prefill_tokens"] / max(1, least["samples"] * (2 + cfg["questions"]))
-    floor = physical_floor(judge, peaks, least["prefill_tokens"] + least["forced_tokens"] + least["decoded_tokens"],
-                           least["decoded_tokens"], least["forward_passes"], avg_context)
-    floor_per_sample = floor / least["samples"]
+    standard = [r for r in rows if r["workload"] == "standard" and r["rung"] not in ("7b", "8")]
+    least = min(standard, key=lambda r: r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"],
+                default=None)
+    floor_per_sample = None
+    if least is not None:
+        avg_context = least["prefill_tokens"] / max(1, least["samples"] * (2 + cfg["questions"]))
+        floor = physical_floor(judge, peaks, least["prefill_tokens"] + least["forced_tokens"]
+                               + least["decoded_tokens"], least["decoded_tokens"], least["forward_passes"], avg_context)
+        floor_per_sample = floor / least["samples"]
     for workload in workloads:
         mine = [r for r in rows if r["workload"] == workload]
-        if not mine:
-            continue
-        base = mine[0]
+        base = next((r for r in mine if r["rung"] == "0"), None)  # ratios against rung 0 once it has run
         for prev, row in zip([None] + mine[:-1], mine):
-            row["x_rung0"] = row["samples_per_s"] / base["samples_per_s"]
-            row["x_previous"] = row["samples_per_s"] / prev["samples_per_s"] if prev else 1.0
-            row["prefill_per_sample_vs_rung0"] = base["prefill_per_sample"] / max(row["prefill_per_sample"], 1e-9)
-            row["pct_of_floor"] = 100 * floor_per_sample * row["samples"] / row["seconds"] if workload == "standard" \
-                else None
+            row["x_rung0"] = row["samples_per_s"] / base["samples_per_s"] if base else None
+            row["x_previous"] = row["samples_per_s"] / prev["samples_per_s"] if prev else None
+            row["prefill_per_sample_vs_rung0"] = (base["prefill_per_sample"] / max(row["prefill_per_sample"], 1e-9)
+                                                  if base else None)
+            row["pct_of_floor"] = (100 * floor_per_sample * row["samples"] / row["seconds"]
+                                   if workload == "standard" and floor_per_sample else None)
 
     import importlib.util
 
@@ -384,35 +447,44 @@ def main() -> None:
     report = {"config": args.config, "settings": cfg, "judge": judge.describe(),
               "engine": {k: v for k, v in TransformersEngine(judge).describe().items() if k != "judge"},
               "peaks": peaks,
-              "floor_seconds_per_sample": floor_per_sample, "floor_from_rung": least["rung"],
+              "floor_seconds_per_sample": floor_per_sample, "floor_from_rung": least and least["rung"],
               "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
                           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                           "torch": torch.__version__},
               "inputs": str(args.data) if args.data.exists() else "bundled demo examples", "rows": rows,
               "vllm": vllm}
     table = ["| workload | rung | feature | samples | s | samples/s | questions/s | prefill tok/sample | "
-             "x fewer prefill | decoded tok/s | x rung 0 | x previous | flips vs 0 | % of floor |", "|" + "---|" * 14]
+             "x fewer prefill | decoded tok/s | x rung 0 | x previous | flips vs 0 | % of floor | NaN |",
+             "|" + "---|" * 15]
+
+    def num(value, form="{:.2f}"):
+        return "-" if value is None else form.format(value)
+
     for r in rows:
         flips = "-" if r["flip_rate_vs_rung0"] is None else f"{100 * r['flip_rate_vs_rung0']:.1f}%"
-        floor_pct = "-" if r["pct_of_floor"] is None else f"{r['pct_of_floor']:.1f}%"
         table.append(f"| {r['workload']} | {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | "
                      f"{r['samples_per_s']:.3f} | {r['questions_per_s']:.3f} | {r['prefill_per_sample']:.0f} | "
-                     f"{r['prefill_per_sample_vs_rung0']:.2f} | {r['decoded_tok_per_s']:.1f} | {r['x_rung0']:.2f} | "
-                     f"{r['x_previous']:.2f} | {flips} | {floor_pct} |")
+                     f"{num(r['prefill_per_sample_vs_rung0'])} | {r['decoded_tok_per_s']:.1f} | "
+                     f"{num(r['x_rung0'])} | {num(r['x_previous'])} | {flips} | {num(r['pct_of_floor'], '{:.1f}%')} | "
+                     f"{r['nan_values'] + (r['nan_rows'] or 0)} |")
+    syncs = [r for r in rows if r.get("sync_warnings") is not None]
+    sync_note = ("".join(f" Rung {r['rung']} ({r['workload']}): {r['sync_warnings']} synchronising calls warned by "
+                         f"torch.cuda.set_sync_debug_mode over {r['forward_passes']} forward passes." for r in syncs)
+                 if syncs else "")
     shared_note = (f"The shared workload: {cfg['shared_docs']} documents x {cfg['per_doc']} summaries; its rungs 0 "
                    f"and 1 run on the first {cfg['shared_reference_samples']} samples (rates are per sample).")
     markdown = (f"# Throughput ladder, config {args.config}\n\n{len(inputs)} samples, {cfg['questions']} questions, "
                 f"judge {judge.name} ({judge.device}, {judge.dtype}); peaks measured: "
                 f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s, {peaks['bytes_per_s'] / 1e9:.1f} GB/s; workload floor "
-                f"{floor_per_sample:.3f} s per sample (from rung {least['rung']}'s token and pass counts). "
-                f"{shared_note} \"x fewer prefill\": rung 0's prefill tokens per sample over the rung's.\n\n"
-                + "\n".join(table) + f"\n\n{vllm}.\n")
+                f"{num(floor_per_sample, '{:.3f}')} s per sample (from rung {least and least['rung']}'s token and "
+                f"pass counts). {shared_note} \"x fewer prefill\": rung 0's prefill tokens per sample over the "
+                f"rung's. NaN: values that came out NaN (P(yes), scores) plus rows the engine failed for NaN logits."
+                f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}.\n")
     out = args.out or RESULTS / f"throughput_{args.config}"
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")
     Path(f"{out}.md").write_text(markdown)
-    print(markdown)
-    print(json.dumps(report))
+    return markdown, report
 
 
 if __name__ == "__main__":

@@ -41,7 +41,9 @@ def build_scorer(config: dict):
     from .scorers import SummarizationScorer, SummaryScore
 
     cls = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}[config["metric"]]
-    return cls(config.get("model"), cache=config.get("cache"), **config.get("options", {}))
+    share = config.get("device_share")  # a fraction of a GPU per actor: its engine fills only that much of it
+    return cls(config.get("model"), cache=config.get("cache"), **config.get("options", {}),
+               **({"device_share": share} if share else {}))
 
 
 class ChunkActor:
@@ -69,6 +71,11 @@ class ChunkActor:
         return {"chunk": chunks, "results": results}
 
 
+def _share(gpus_per_judge: float) -> float | None:
+    """The share of one GPU an actor's engine may fill: actors with a fraction of a GPU each share it."""
+    return gpus_per_judge if 0 < gpus_per_judge < 1 else None
+
+
 def score_chunks_on_ray(config: dict, *, num_judges: int = 1, gpus_per_judge: float = 0, cpus_per_judge: float = 1,
                         address: str | None = None, max_retries: int = 3) -> ChunkScorer:
     """A bulk.run_bulk chunk scorer that sends every chunk to a pool of num_judges ChunkActors."""
@@ -91,7 +98,8 @@ def score_chunks_on_ray(config: dict, *, num_judges: int = 1, gpus_per_judge: fl
             return
         ds = ray.data.from_items(payloads, override_num_blocks=len(payloads))
         scored = ds.map_batches(
-            ChunkActor, fn_constructor_kwargs={"config": dict(config, threads_per_judge=max(1, int(cpus_per_judge)))},
+            ChunkActor, fn_constructor_kwargs={"config": dict(config, threads_per_judge=max(1, int(cpus_per_judge)),
+                                                              device_share=_share(gpus_per_judge))},
             batch_size=1, compute=ray.data.ActorPoolStrategy(size=num_judges), num_gpus=gpus_per_judge or None,
             num_cpus=cpus_per_judge,
             ray_remote_args_fn=lambda: {"max_restarts": max_retries, "max_task_retries": max_retries})
@@ -123,6 +131,7 @@ def score_dataset(dataset: Any, scorer_config: dict, *, num_judges: int = 1, gpu
             return {c: [json.dumps(r.get(c), ensure_ascii=False) if isinstance(r.get(c), (dict, list))
                         else r.get(c) for r in rows] for c in columns}
 
-    return dataset.map_batches(_RowsActor, fn_constructor_kwargs={"config": scorer_config}, batch_size=batch_size,
+    config = dict(scorer_config, device_share=_share(gpus_per_judge))
+    return dataset.map_batches(_RowsActor, fn_constructor_kwargs={"config": config}, batch_size=batch_size,
                                compute=ray.data.ActorPoolStrategy(size=num_judges), num_gpus=gpus_per_judge or None,
                                num_cpus=cpus_per_judge)

@@ -75,6 +75,13 @@ class GrammarCache:
 
         llguidance.torch.fill_next_token_bitmask(matcher, bitmask, row)
 
+    @staticmethod
+    def fill_bitmasks(executor, matchers: list, bitmask) -> None:
+        """Many rows' masks at once, in llguidance's threads: matchers is [(matcher, row), ...]."""
+        import llguidance.torch
+
+        llguidance.torch.fill_next_token_bitmask_par(executor, matchers, bitmask)
+
     @property
     def token_texts(self) -> list[str]:
         """Each token id's text, for reading closed choices (true/false, "1"/"0") off a distribution."""

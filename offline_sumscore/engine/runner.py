@@ -32,14 +32,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ..judge import Judge
 from ..schemas import Likelihood, max_json_chars, parse_output
 from ..stages import StageRequest, StageResult
 from . import Feed, ListFeed
-from .batch_cache import select_rows
 from .grammar import BACKEND, GrammarCache
+from .kv_slots import KVSlots, register_attention
 from .retry import engine_raised
 from .scheduler import MIN_SHARED_PREFIX, Batch, PrefixStore, Row, Scheduler, Unit, common_prefix, split_by_prefix
 
@@ -57,6 +57,7 @@ class EngineStats:
     skipped_forwards: int = 0  # rows finished without a forward pass (grammar complete)
     oom_splits: int = 0
     stored_tokens: int = 0  # prompt tokens whose keys and values came from the prefix store, not a forward pass
+    nan_rows: int = 0  # rows failed because the judge's logits came out NaN (a poisoned pass, never a verdict)
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
@@ -69,7 +70,7 @@ class TransformersEngine:
     def __init__(self, judge: Judge, *, batch_size: int | None = None, token_budget: int | None = None,
                  shared_prefix: bool = True, forced_tokens: bool = True, logit_verdicts: bool = True,
                  prefix_store: bool = True, continuous: bool = True, store_tokens: int | None = None,
-                 step_tokens: int | None = None, fault_injector: Callable[[str, int], None] | None = None):
+                 step_tokens: int | None = None, device_share: float = 1.0):
         import torch
 
         if batch_size is not None and batch_size < 1:
@@ -80,7 +81,10 @@ class TransformersEngine:
         self.grammars: GrammarCache = judge.grammar_cache
         self.shared_prefix, self.forced_tokens, self.logit_verdicts = shared_prefix, forced_tokens, logit_verdicts
         self.continuous = continuous  # a driver's stream goes straight in (else: one run() call per wave)
-        self.fault_injector = fault_injector  # tests: raise an out-of-memory error on chosen passes
+        if not 0 < device_share <= 1:
+            raise ValueError(f"device_share must be in (0, 1]: the share of the device this engine may fill. "
+                             f"Given: {device_share}")
+        self.device_share = device_share
         # Padding slots a forward pass may carry: a pass reads every weight once, so up to about this many extra
         # token slots ride along nearly free. Estimated, not measured: on the 2-core CPU with the 135M judge a pass
         # reads 425 MB (~60 ms at 7 GB/s) and one token costs ~3 ms of compute, so about 16; an 8B model on an
@@ -106,6 +110,24 @@ class TransformersEngine:
         self._choice_masks: dict[tuple[str, str], tuple] = {}
         self._lock = threading.Lock()  # one run at a time on one model (ascore runs in threads)
         self._oom = (torch.OutOfMemoryError,) if hasattr(torch, "OutOfMemoryError") else (RuntimeError,)
+        self._admit_below: int | None = None  # after an admission ran out of memory: wait until fewer rows run
+        # Grouped-query models: attention that stacks a group's query heads instead of copying the keys and values
+        # once per head (transformers' SDPA path copies them whenever a mask is given and a step feeds 2+ tokens).
+        config = judge.model.config
+        if getattr(config, "_attn_implementation", None) == "sdpa":
+            judge.model.set_attn_implementation(register_attention())
+        self.attention = getattr(config, "_attn_implementation", None)
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+        # Attention that takes SDPA's boolean masks gets a 4D mask built here (see _attention_mask); any other
+        # (flash attention, eager) gets the 2D mask and builds its own.
+        self._bool_masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(self.attention) is sdpa_mask
+        import llguidance
+
+        self._executor = llguidance.LLExecutor()  # fills the rows' grammar masks in parallel threads
+        # The grammar masks' bitmask ([rows, words] int32, pinned on a GPU host), reused across steps, and a
+        # words-long row with every bit set but the end tokens'.
+        self._allocate_bitmask(self.max_rows)
 
     # -- capacity -------------------------------------------------------------------------------------------
     def _capacity(self, batch_size, token_budget) -> tuple[int, int, str]:
@@ -118,15 +140,17 @@ class TransformersEngine:
         elem = torch.finfo(self.judge.model.dtype).bits // 8
         per_token = 2 * cfg.num_hidden_layers * heads * head_dim * elem
         if self.device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(self.device)
-            where, default_rows = f"{free / 2**30:.1f} GiB free on {self.device}", 512
+            device_free, _ = torch.cuda.mem_get_info(self.device)
+            # Memory PyTorch holds in its caching allocator but does not use is free to this process too.
+            spare = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+            where, default_rows = f"{device_free / 2**30:.1f} GiB free on {self.device}", 512
         else:
-            free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-            where, default_rows = f"{free / 2**30:.1f} GiB free RAM", 64
-        # Half of free memory for the KV cache; activations and logits need the rest. Rounded down to a power of two
-        # so that the budget, which shapes the batches and is stored in every row, does not drift from run to run
-        # with a few MB of free memory (a resumed run must batch as the first run did).
-        auto_budget = 1 << max(12, int(free * 0.5 / per_token).bit_length() - 1)
+            device_free, spare = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), 0
+            where, default_rows = f"{device_free / 2**30:.1f} GiB free RAM", 64
+        free = usable_memory(device_free, spare, self.device_share)
+        if self.device_share < 1:
+            where += f", {self.device_share:g} of it for this engine"
+        auto_budget = kv_token_budget(free, per_token)
         rows = batch_size or default_rows
         budget = token_budget or auto_budget
         self.free_memory = where  # kept off the rows: it changes from run to run
@@ -138,7 +162,8 @@ class TransformersEngine:
 
     def describe(self) -> dict:
         return {"engine": "transformers", "max_rows": self.max_rows, "token_budget": self.token_budget,
-                "capacity": self.capacity_reason, "step_tokens": self.step_tokens,
+                "capacity": self.capacity_reason, "step_tokens": self.step_tokens, "device_share": self.device_share,
+                "attention": self.attention,
                 "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
                 "shared_prefix": self.shared_prefix, "forced_tokens": self.forced_tokens,
                 "logit_verdicts": self.logit_verdicts, "continuous": self.continuous,
@@ -249,7 +274,7 @@ class TransformersEngine:
                     except Exception as exc:  # noqa: BLE001 - as above: every open row fails, kind "model"
                         _fail_open(open_rows, exc)
                         scheduler.waiting.clear()
-                        batch.cache, batch.mask, batch.rows = None, None, []
+                        batch.clear()
                     self._answer(feed, open_rows, twins, computing)
             finally:
                 self.stats.seconds += time.perf_counter() - started
@@ -270,114 +295,134 @@ class TransformersEngine:
         """One step: admit, then one forward pass over the running rows."""
         if scheduler.waiting and any(r.done for r in batch.rows):
             batch.compact()  # admission merges caches and counts the budget: the finished rows leave first
-        self._admit(scheduler, batch)
+        if self._admit_below is None or len(batch.live) < self._admit_below:
+            self._admit(scheduler, batch)
         if not batch.live:
             return
         try:
             self._step(batch)
+            return
         except self._oom:
-            # Out of memory in a step: the newest half go back to wait, from scratch; one row alone fails.
-            self.stats.oom_splits += 1
-            if self.device.type == "cuda":
-                import torch
+            pass  # recovered below, outside the except block, so the failed pass's tensors are freed first
+        # Out of memory anywhere in the step (a layer, the vocabulary projection): the step left the slots and
+        # the rows as they were. The newest half go back to wait, from scratch; one row alone fails.
+        self.stats.oom_splits += 1
+        self._release_memory()
+        if not scheduler.preempt(batch):
+            for row in batch.live:
+                row.fail("memory", OOM_ALONE)
+            batch.clear()
 
-                torch.cuda.empty_cache()
-            if not scheduler.preempt(batch):
-                for row in batch.live:
-                    row.fail("memory", OOM_ALONE)
-                batch.cache, batch.mask, batch.rows = None, None, []
+    def _release_memory(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
 
     def _admit(self, scheduler: Scheduler, batch: Batch) -> None:
         """Prefill the units the scheduler picks and join them to the running batch. Out of memory in a
-        prefill: retry with half the units; a single unit waits for the running rows to leave, and fails loudly
-        only when it cannot run even alone."""
+        prefill: retry with half the units; a single unit waits until fewer rows run (not retried every step),
+        and fails loudly only when it cannot run even alone."""
         chosen = scheduler.schedule(batch)
         while chosen:
             try:
-                cache, mask, rows = self._prefill(chosen, joining=bool(batch.rows))
+                slots, rows = self._prefill(chosen, joining=bool(batch.rows))
+                batch.join(slots, rows)
+                self._admit_below = None
+                return
             except self._oom:
-                self.stats.oom_splits += 1
-                if len(chosen) > 1:
-                    half = len(chosen) // 2
-                    scheduler.put_back(chosen[half:])
-                    chosen = chosen[:half]
-                elif len(chosen[0].rows) > 1:  # one unit: its rows in two halves, each prefilling the prefix
-                    unit = chosen[0]
-                    half = len(unit.rows) // 2
-                    scheduler.put_back([Unit(unit.rows[half:], unit.prefix)])
-                    chosen = [Unit(unit.rows[:half], unit.prefix)]
-                elif batch.rows:
-                    scheduler.put_back(chosen)
-                    return
-                else:
-                    for row in chosen[0].rows:
-                        row.fail("memory", OOM_ALONE)
-                    return
+                pass  # handled below, outside the except block
+            self.stats.oom_splits += 1
+            self._release_memory()
+            if len(chosen) > 1:
+                half = len(chosen) // 2
+                scheduler.put_back(chosen[half:])
+                chosen = chosen[:half]
+            elif len(chosen[0].rows) > 1:  # one unit: its rows in two halves, each prefilling the prefix
+                unit = chosen[0]
+                half = len(unit.rows) // 2
+                scheduler.put_back([Unit(unit.rows[half:], unit.prefix)])
+                chosen = [Unit(unit.rows[:half], unit.prefix)]
+            elif batch.live:
+                scheduler.put_back(chosen)
+                self._admit_below = len(batch.live)
+                return
             else:
-                batch.join(cache, mask, rows)
+                for row in chosen[0].rows:
+                    row.fail("memory", OOM_ALONE)
                 return
 
-    def _stored_cache(self, prefixes: list[list[int]]):
-        """A cache holding, for each prefix, the keys and values of its longest stored part, left-padded to a
-        common width; its mask; and each stored length. Nothing stored: an empty cache."""
-        import torch
-        from transformers import DynamicCache
+    def _slots(self, rows: int) -> KVSlots:
+        return KVSlots(self.judge.model.config, dtype=self.judge.model.dtype, device=self.device, rows=rows)
 
-        cache = DynamicCache(config=self.judge.model.config)
+    def _pass(self, slots: KVSlots, ids, new_mask, positions, commit: bool = True):
+        """One forward pass of the decoder over new columns of the slots (ids, mask and positions: numpy arrays
+        on the host). Raises with the slots as they were."""
+        import torch
+
+        device = [self._to_device(torch.from_numpy(a)) for a in (ids, new_mask, positions)]
+        mask = slots.begin(new_mask, device[1])
+        if self._bool_masks:
+            mask = _attention_mask(mask, new_mask.shape[1])
+        try:
+            hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
+        except BaseException:
+            slots.abort()
+            raise
+        self.stats.forward_passes += 1
+        if commit:
+            slots.commit()
+        return hidden
+
+    def _to_device(self, tensor):
+        """A host tensor on the device without a synchronisation: copied from pinned memory, asynchronously."""
+        if self.device.type == "cpu":
+            return tensor
+        return tensor.pin_memory().to(self.device, non_blocking=True)
+
+    def _stored_cache(self, prefixes: list[list[int]]) -> tuple[KVSlots, list[int]]:
+        """Slots holding, for each prefix, the keys and values of its longest stored part, right-aligned to a common
+        width, and each stored length. Nothing stored: slots of width 0."""
+        slots = self._slots(len(prefixes))
+        slots.add_rows(len(prefixes))
         found = [self.store.lookup(p) if self.store is not None else (None, 0) for p in prefixes]
         kept = [n if n >= MIN_SHARED_PREFIX else 0 for _, n in found]
         kept = [min(n, len(p)) for n, p in zip(kept, prefixes)]
         width = max(kept, default=0)
-        mask = torch.zeros((len(prefixes), width), dtype=torch.long)
         if width:
-            layers = next(kv for kv, n in zip((f[0] for f in found), kept) if n)
-            for layer, (k0, v0) in enumerate(layers):
-                keys = k0.new_zeros((len(prefixes), k0.shape[1], width, k0.shape[3]))
-                values = v0.new_zeros((len(prefixes), v0.shape[1], width, v0.shape[3]))
-                for i, ((kv, _), n) in enumerate(zip(found, kept)):
-                    if n:
-                        keys[i, :, width - n:] = kv[layer][0][0, :, :n]
-                        values[i, :, width - n:] = kv[layer][1][0, :, :n]
-                cache.update(keys, values, layer)
-            for i, n in enumerate(kept):
-                mask[i, width - n:] = 1 if n else 0
+            slots.open_columns(width)
+            for i, ((kv, _), n) in enumerate(zip(found, kept)):
+                if n:
+                    slots.write_row(i, kv, n)
             self.stats.stored_tokens += sum(kept)
-        return cache, mask, kept
+        return slots, kept
 
-    def _store(self, prefix: list[int], cache, row: int, columns) -> None:
-        """Copy one row's keys and values at the given columns into the prefix store."""
+    def _store(self, prefix: list[int], slots: KVSlots, row: int, columns: list[int]) -> None:
+        """Copy one row's keys and values at the given window columns into the prefix store."""
         if self.store is None or len(prefix) < MIN_SHARED_PREFIX:
             return
-        kv = [(layer.keys[row:row + 1, :, columns].clone(), layer.values[row:row + 1, :, columns].clone())
-              for layer in cache.layers]
-        self.store.add(prefix, kv)
-
-    def _prefill(self, units: list[Unit], joining: bool = True):
-        """Each unit's shared prefix once (its stored part from the prefix store, the rest in one batched pass with
-        masked holes), then the cache forked into one row per request.
-        joining: rows are running already, so the new rows' own prompt remainders get a pass of their own."""
         import torch
 
+        self.store.add(prefix, slots.row_kv(row, self._to_device(torch.tensor(columns, dtype=torch.long))))
+
+    def _prefill(self, units: list[Unit], joining: bool = True) -> tuple[KVSlots, list[Row]]:
+        """Each unit's shared prefix once (its stored part from the prefix store, the rest in one batched pass with
+        masked holes), then the slots forked into one row per request.
+        joining: rows are running already, so the new rows' own prompt remainders get a pass of their own."""
         prefixes = [u.prefix for u in units]
-        if self.fault_injector:
-            self.fault_injector("prefill", sum(len(u.rows) for u in units))
-        cache, mask, kept = self._stored_cache(prefixes)
+        slots, kept = self._stored_cache(prefixes)
+        width = slots.width
         rests = [p[n:] for p, n in zip(prefixes, kept)]
         if max(len(r) for r in rests):
-            ids, new_mask, positions = _holed(rests, kept, self.pad_id)
-            mask = torch.cat([mask, new_mask], dim=1)
-            self._decoder(ids.to(self.device), mask.to(self.device), positions.to(self.device), cache)
-            self.stats.forward_passes += 1
+            # Holes come after each row's tokens, never before: every query row attends to at least its own token
+            # (CUDA kernels can return NaN for a query row that may attend to nothing).
+            self._pass(slots, *_holed(rests, kept, self.pad_id))
             self.stats.prefill_tokens += sum(len(r) for r in rests)
-            for i, (unit, rest) in enumerate(zip(units, rests)):
+            for i, (unit, rest, n) in enumerate(zip(units, rests, kept)):
                 if rest:  # a prefix found whole in the store is there already
-                    self._store(unit.prefix, cache, i, mask[i].nonzero()[:, 0].to(self.device))
-        mask = mask.to(self.device)
+                    self._store(unit.prefix, slots, i, list(range(width - n, width + len(rest))))
         # Fork: row j of unit i reads unit i's cache.
-        fork = [i for i, u in enumerate(units) for _ in u.rows]
-        if mask.shape[1]:
-            select_rows(cache, torch.tensor(fork, device=self.device))
-        mask = mask[torch.tensor(fork, device=self.device)]
+        slots.select([i for i, u in enumerate(units) for _ in u.rows])
         rows = [row for unit in units for row in unit.rows]
         starts = [len(unit.prefix) for unit in units for _ in unit.rows]
         # Each row's own rest of the prompt (all but its last token) in a second pass over the new rows only, so
@@ -385,10 +430,7 @@ class TransformersEngine:
         # the longest prompt remainder.
         rests = [row.prompt_ids[start:row.feed_from] if joining else [] for row, start in zip(rows, starts)]
         if max(len(r) for r in rests):
-            ids, rest_mask, positions = _holed(rests, starts, self.pad_id)
-            mask = torch.cat([mask, rest_mask.to(self.device)], dim=1)
-            self._decoder(ids.to(self.device), mask, positions.to(self.device), cache)
-            self.stats.forward_passes += 1
+            self._pass(slots, *_holed(rests, starts, self.pad_id))
         now = time.perf_counter()
         for row, start, rest in zip(rows, starts, rests):
             row.pending = row.prompt_ids[start + len(rest):]
@@ -398,7 +440,7 @@ class TransformersEngine:
             row.matcher = self.grammars.matcher(row.request.grammar)
             if self.forced_tokens:
                 self._take_forced(row)
-        return cache, mask, rows
+        return slots, rows
 
     def _take_forced(self, row: Row) -> None:
         forced = row.matcher.compute_ff_tokens()
@@ -409,21 +451,47 @@ class TransformersEngine:
             row.forced += len(forced)
             self.stats.forced_tokens += len(forced)
 
-    def _step(self, batch: Batch) -> None:
+    def _masks(self, rows: list[Row], live: list[int]):
+        """The live rows' grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned
+        on a GPU host), and which rows' grammars allow nothing but the end token (a numpy check over the words,
+        not over the vocabulary)."""
+        import numpy as np
         import torch
 
-        active, cache, mask = batch.rows, batch.cache, batch.mask
+        if self._bitmask is None or self._bitmask.shape[0] < len(rows):
+            self._allocate_bitmask(len(rows))
+        bitmask = self._bitmask[:len(rows)]
+        self.grammars.fill_bitmasks(self._executor, [(rows[i].matcher, i) for i in live], bitmask)
+        only_eos = ~(self._bitmask_np[:len(rows)] & self._eos_words).any(axis=1)
+        return bitmask, only_eos
 
-        # 2. Masks for the whole batch on the CPU, then one transfer. Finished rows may still hold a slot (see
-        # the end of the step): they feed nothing and read nothing.
+    def _allocate_bitmask(self, rows: int) -> None:
+        import numpy as np
+        import torch
+
+        words = -(-self.vocab_size // 32)
+        self._bitmask = torch.zeros((max(rows, self.max_rows), words), dtype=torch.int32,
+                                    pin_memory=self.device.type == "cuda")
+        self._bitmask_np = self._bitmask.numpy()  # the same memory, for host-side checks
+        eos = np.full(words, 0xFFFFFFFF, dtype=np.uint32)
+        for t in self.eos_ids:
+            if t < self.vocab_size:
+                eos[t // 32] &= np.uint32(0xFFFFFFFF ^ (1 << (t % 32)))
+        self._eos_words = eos.view(np.int32)
+
+    def _step(self, batch: Batch) -> None:
+        """One decoding step. Transactional: until the picks are read, nothing is changed (not the slots, not a
+        row), so an out-of-memory error raised anywhere in it leaves the batch as it was.
+        One synchronisation with the device per step: the picks and P(yes) come back together."""
+        import torch
+
+        active = batch.rows
+        # 2. Grammar masks for the whole batch on the CPU. Finished rows may still hold a slot (see the end of the
+        # step): they feed nothing and read nothing.
         live = [i for i, row in enumerate(active) if not row.done]
-        bitmask = self.grammars.allocate_bitmask(len(active))
-        for i in live:
-            self.grammars.fill_bitmask(active[i].matcher, bitmask, i)
-        allowed = _unpack(bitmask, self.vocab_size)
+        bitmask, only_eos = self._masks(active, live)
         if self.logit_verdicts:
             # A complete grammar allows only the end token: nothing is left to read from the model.
-            only_eos = allowed.sum(1) == allowed[:, self.eos_ids].sum(1)
             for i in live:
                 if only_eos[i]:
                     active[i].done = True
@@ -440,50 +508,29 @@ class TransformersEngine:
         while width > 1 and sum(width - min(n, width) for n in lengths) > self.step_tokens:
             width -= 1
         fed = [min(n, width) for n in lengths]
-        ids = torch.full((len(active), width), self.pad_id, dtype=torch.long)
-        new_mask = torch.zeros((len(active), width), dtype=torch.long)
-        positions = torch.zeros((len(active), width), dtype=torch.long)
-        for i, (row, n) in enumerate(zip(active, fed)):
-            ids[i, :n] = torch.tensor(row.pending[:n], dtype=torch.long)
-            new_mask[i, :n] = 1
-            positions[i, :] = torch.arange(row.position, row.position + width).clamp(max=row.position + n - 1)
-        if self.fault_injector:
-            self.fault_injector("step", len(active))
-        full_mask = torch.cat([mask, new_mask.to(self.device)], dim=1)
-        hidden = self._decoder(ids.to(self.device), full_mask, positions.to(self.device), cache).last_hidden_state
-        self.stats.forward_passes += 1
+        ids, new_mask, positions = _holed([r.pending[:n] for r, n in zip(active, fed)],
+                                          [r.position for r in active], self.pad_id)
         reading = [i for i in live if fed[i] == len(active[i].pending)]
+        slots = batch.cache
+        hidden = self._pass(slots, ids, new_mask, positions, commit=False)
+        try:
+            picks, p_yes = self._read(active, reading, fed, hidden, bitmask)
+        except BaseException:
+            slots.abort()
+            raise
+        slots.commit()
         for i in live:
             active[i].position += fed[i]
             active[i].pending = active[i].pending[fed[i]:]
-        picks: list[int] = []
-        if reading:
-            rows_t = torch.tensor(reading, device=self.device)
-            last = torch.tensor([fed[i] - 1 for i in reading], device=self.device)
-            # The vocabulary projection only where a token is read: one position per reading row.
-            logits = self.judge.model.get_output_embeddings()(hidden[rows_t, last])
-            logits = logits[:, :self.vocab_size].float()
-            read_allowed = allowed[reading]
-            logits = logits.masked_fill(~read_allowed.to(self.device), float("-inf"))
-            picks = logits.argmax(dim=-1).tolist()
-        # 4. Soft verdicts where the allowed tokens form a closed choice (whitespace-only tokens are neutral).
-        # P(yes) is kept at the step whose pick decides the verdict, so each verdict gets exactly one.
-        probs = None
-        for k, i in enumerate(reading):
-            row = active[i]
-            choice = row.request.verdict_choice
-            if choice is None:
-                continue
-            yes, no, neutral = self._choice_mask(choice)
-            ok = read_allowed[k]
-            decisive = bool(yes[picks[k]] or no[picks[k]])
-            if decisive and not (ok & ~(yes | no | neutral)).any() and (ok & yes).any() and (ok & no).any():
-                if probs is None:
-                    probs = torch.softmax(logits, dim=-1).cpu()
-                p_yes, p_no = float(probs[k][yes].sum()), float(probs[k][no].sum())
-                row.choice_probs.append(p_yes / (p_yes + p_no))
         for k, i in enumerate(reading):
             row, token = active[i], picks[k]
+            if token < 0:
+                self.stats.nan_rows += 1
+                row.fail("model", "the judge's logits were NaN at this step (a poisoned forward pass); nothing "
+                                  "was read from them")
+                continue
+            if p_yes[k] is not None:
+                row.choice_probs.append(p_yes[k])
             row.out.append(token)
             row.decoded += 1
             self.stats.decoded_tokens += 1
@@ -498,12 +545,46 @@ class TransformersEngine:
                 row.fail("cap", f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
         # 5. Compacting the batch copies the whole KV cache, so finished rows keep their slot (fed nothing) until a
         # quarter of the slots are finished, or new rows are admitted.
-        batch.mask = full_mask
         dead = sum(r.done for r in active)
         if dead and dead * 4 >= len(active):
             batch.compact()
-        else:
-            batch.trim()
+
+    def _read(self, active: list[Row], reading: list[int], fed: list[int], hidden, bitmask):
+        """The vocabulary projection at each reading row's last fed position, the grammar mask applied on the
+        device, the greedy pick, and P(yes) where the allowed tokens form a closed choice (whitespace-only tokens
+        are neutral; P(yes) is kept at the step whose pick decides the verdict, so each verdict gets exactly one).
+        Returns picks and P(yes) (None where there is no verdict), brought back in one transfer."""
+        import torch
+
+        if not reading:
+            return [], []
+        at = self._to_device(torch.tensor(reading, dtype=torch.long))
+        last = self._to_device(torch.tensor([fed[i] - 1 for i in reading], dtype=torch.long))
+        logits = self.judge.model.get_output_embeddings()(hidden[at, last])[:, :self.vocab_size].float()
+        poisoned = torch.isnan(logits).any(dim=1)
+        allowed = _unpack(self._to_device(bitmask).index_select(0, at), self.vocab_size)
+        logits = logits.masked_fill(~allowed, float("-inf"))
+        picks = logits.argmax(dim=-1)
+        columns = [picks.to(torch.float32), poisoned.to(torch.float32)]
+        by_choice: dict[tuple[str, str], list[int]] = {}
+        for k, i in enumerate(reading):
+            if active[i].request.verdict_choice is not None:
+                by_choice.setdefault(active[i].request.verdict_choice, []).append(k)
+        p_yes = torch.full((len(reading),), float("nan"), device=self.device)
+        for choice, ks in by_choice.items():
+            yes, no, neutral = self._choice_mask(choice)
+            k_t = self._to_device(torch.tensor(ks, dtype=torch.long))
+            ok, pick = allowed.index_select(0, k_t), picks.index_select(0, k_t)
+            decisive = yes[pick] | no[pick]
+            closed = ~(ok & ~(yes | no | neutral)).any(1) & (ok & yes).any(1) & (ok & no).any(1)
+            probs = torch.softmax(logits.index_select(0, k_t), dim=-1)
+            y, n = (probs * yes).sum(1), (probs * no).sum(1)
+            value = torch.where(decisive & closed, y / (y + n), torch.full_like(y, float("nan")))
+            p_yes = p_yes.index_copy(0, k_t, value)
+        columns.append(p_yes)
+        back = torch.stack(columns, 1).tolist()  # the step's one synchronisation with the device
+        # A NaN in the logits is never read as a verdict: the pick is marked -1 and the row fails.
+        return [-1 if bad else int(p) for p, bad, _ in back], [None if q != q else q for _, _, q in back]
 
     def _score_likelihoods(self, rows: list[Row]) -> None:
         """Every likelihood row, group by group (rows that share a prompt prefix, whichever sample they belong to),
@@ -518,39 +599,33 @@ class TransformersEngine:
         """One pass; out of memory: two halves, down to a row that cannot run alone, which fails loudly."""
         try:
             self._likelihood_pass(batch, prefix)
+            return
         except self._oom:
-            self.stats.oom_splits += 1
-            if len(batch) == 1:
-                batch[0].fail("memory", OOM_ALONE)
-                return
-            half = len(batch) // 2
-            self._likelihood_batch(batch[:half], prefix)
-            self._likelihood_batch(batch[half:], prefix)
+            pass  # handled below, outside the except block
+        self.stats.oom_splits += 1
+        self._release_memory()
+        if len(batch) == 1:
+            batch[0].fail("memory", OOM_ALONE)
+            return
+        half = len(batch) // 2
+        self._likelihood_batch(batch[:half], prefix)
+        self._likelihood_batch(batch[half:], prefix)
 
     def _likelihood_pass(self, batch: list[Row], prefix: list[int]) -> None:
-        import torch
+        import numpy as np
 
         now = time.perf_counter()
-        if self.fault_injector:
-            self.fault_injector("likelihood", len(batch))
-        cache, _, (kept,) = self._stored_cache([prefix])
+        slots, (kept,) = self._stored_cache([prefix])
         start = len(prefix)
         if start > kept:
-            self._decoder(torch.tensor([prefix[kept:]], device=self.device), None,
-                          torch.arange(kept, start, device=self.device)[None], cache)
-            self.stats.forward_passes += 1
+            self._pass(slots, *_holed([prefix[kept:]], [kept], self.pad_id))
             self.stats.prefill_tokens += start - kept
-            self._store(prefix, cache, 0, torch.arange(start, device=self.device))
-        if start:
-            cache.batch_repeat_interleave(len(batch))
+            self._store(prefix, slots, 0, list(range(start)))
+        slots.select([0] * len(batch))
+        # Right padding: the pads come after every real token, and attention is causal, so no real token sees one.
         rests = [r.prompt_ids[start:] for r in batch]
-        width = max(len(rest) for rest in rests)
-        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
-        for i, rest in enumerate(rests):
-            ids[i, :len(rest)] = torch.tensor(rest, dtype=torch.long)
-        positions = torch.arange(start, start + width)[None].expand(len(batch), -1)
-        hidden = self._decoder(ids.to(self.device), None, positions.to(self.device), cache).last_hidden_state
-        self.stats.forward_passes += 1
+        ids, mask, positions = _holed(rests, [start] * len(batch), self.pad_id)
+        hidden = self._pass(slots, ids, np.ones_like(mask), positions)
         self.stats.prefill_tokens += sum(len(rest) for rest in rests)
         for row in batch:
             row.started, row.position, row.logprob_sum, row.logprob_count = now, start, 0.0, 0
@@ -580,6 +655,10 @@ class TransformersEngine:
             for (i, _, _), value in zip(part, logp):
                 batch[i].logprob_sum += value
                 batch[i].logprob_count += 1
+        for row in batch:
+            if row.logprob_sum != row.logprob_sum and not row.done:
+                self.stats.nan_rows += 1
+                row.fail("model", "the judge's log-probabilities were NaN (a poisoned forward pass)")
 
     def _choice_mask(self, choice: tuple[str, str]):
         """Tokens whose text (quotes and spaces stripped) starts with the yes / the no character, and the
@@ -588,9 +667,10 @@ class TransformersEngine:
             import torch
 
             stripped = [t.lstrip(' "') for t in self.grammars.token_texts]
-            yes = torch.tensor([t.startswith(choice[0]) for t in stripped])
-            no = torch.tensor([t.startswith(choice[1]) for t in stripped])
-            neutral = torch.tensor([t.strip() == "" and t != "" for t in self.grammars.token_texts])
+            yes = torch.tensor([t.startswith(choice[0]) for t in stripped], device=self.device)
+            no = torch.tensor([t.startswith(choice[1]) for t in stripped], device=self.device)
+            neutral = torch.tensor([t.strip() == "" and t != "" for t in self.grammars.token_texts],
+                                   device=self.device)
             self._choice_masks[choice] = (yes, no, neutral)
         return self._choice_masks[choice]
 
@@ -627,20 +707,51 @@ class TransformersEngine:
         return res
 
 
+def usable_memory(free: int, reserved_unused: int, share: float) -> int:
+    """Bytes this engine may fill: what the device reports free plus what PyTorch's allocator holds unused, times
+    the engine's share of the device (engines sharing one GPU, as Ray actors with a fraction of a GPU each do,
+    would each see the whole of it free)."""
+    return int((free + max(0, reserved_unused)) * share)
+
+
+def kv_token_budget(free: int, per_token: int) -> int:
+    """Half of usable memory for the KV cache (activations and logits need the rest), rounded down to a power of
+    two so that the budget, which shapes the batches and is stored in every row, does not drift from run to run
+    with a few MB of free memory (a resumed run must batch as the first run did). 4096 tokens at least."""
+    return 1 << max(12, int(free * 0.5 / per_token).bit_length() - 1)
+
+
 def _holed(seqs: list[list[int]], starts: list[int], pad_id: int):
     """Token lists as one batch: each left-aligned, masked holes after it, position ids going on from its start
-    (holes repeat the last position; they are never attended). Returns ids, mask, positions."""
-    import torch
+    (holes repeat the last position; they are never attended). Returns ids, mask, positions as numpy arrays: host
+    data stays out of torch until it is copied to the device, so nothing here can wait on the device."""
+    import numpy as np
 
     width = max(len(seq) for seq in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    positions = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (seq, start) in enumerate(zip(seqs, starts)):
-        ids[i, :len(seq)] = torch.tensor(seq, dtype=torch.long)
+    ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(seqs), width), dtype=np.int64)
+    for i, seq in enumerate(seqs):
+        ids[i, :len(seq)] = seq
         mask[i, :len(seq)] = 1
-        positions[i] = torch.arange(start, start + width).clamp(max=start + max(len(seq), 1) - 1)
+    lasts = np.array([start + max(len(seq), 1) - 1 for seq, start in zip(seqs, starts)], dtype=np.int64)
+    positions = np.minimum(np.asarray(starts, dtype=np.int64)[:, None] + np.arange(width, dtype=np.int64), lasts[:, None])
     return ids, mask, positions
+
+
+def _attention_mask(mask, new: int):
+    """[rows, columns] 0/1 mask whose last `new` columns are this pass's tokens -> [rows, 1, new, columns] boolean
+    mask: causal over the new tokens, and every query attends at least its own key. A query row that may attend to
+    nothing is where CUDA's kernels can return NaN (and 0 x NaN spreads it through every masked sum); the only
+    queries without another key to attend are holes, whose output is never read, so attending their own key
+    changes no real token. Built on the device with no data-dependent step, so it never waits for the device
+    (transformers' own mask builder checks whether a mask is all ones, which does)."""
+    import torch
+
+    columns = mask.shape[1]
+    at = torch.arange(columns - new, columns, device=mask.device)[:, None]  # each query's own column
+    keys = torch.arange(columns, device=mask.device)[None, :]
+    allowed = mask.bool()[:, None, None, :] & (keys <= at)[None, None]
+    return allowed | (keys == at)[None, None]
 
 
 def _identity(request: StageRequest) -> tuple:
@@ -659,9 +770,9 @@ def _fail_open(open_rows: dict[int, Row], exc: Exception) -> None:
 
 
 def _unpack(bitmask, vocab_size: int):
-    """[rows, words] int32 bitmask -> [rows, vocab] bool."""
+    """[rows, words] int32 bitmask -> [rows, vocab] bool, on the bitmask's device."""
     import torch
 
-    shifts = torch.arange(32, dtype=torch.int32)
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
     bits = (bitmask.unsqueeze(-1) >> shifts) & 1
     return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..stages import StageRequest
-from .batch_cache import compact_rows, merge_rows, select_rows, trim_columns
 
 MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
 STORE_BLOCK = 16  # tokens per node of the prefix store's tree
@@ -75,10 +74,9 @@ class Unit:
 
 @dataclass
 class Batch:
-    """The running batch: its KV cache, its attention mask ([rows, columns], 1 where a row attends) and its rows,
-    aligned (row i of the mask is row i of every cache layer)."""
-    cache: Any = None
-    mask: Any = None
+    """The running batch: its rows and their KV slots (keys, values and attention mask; row i of the mask is row i
+    of every layer, see kv_slots.py)."""
+    cache: Any = None  # KVSlots
     rows: list[Row] = field(default_factory=list)
 
     @property
@@ -87,24 +85,33 @@ class Batch:
 
     @property
     def width(self) -> int:
-        return self.mask.shape[1] if self.mask is not None else 0
+        return self.cache.width if self.cache is not None else 0
 
     def compact(self) -> None:
-        """Drop finished rows (one copy of the cache)."""
-        self.cache, self.mask, self.rows = compact_rows(self.cache, self.mask, self.rows)
+        """Drop finished rows (one gather of the live rows' keys and values), then the leading columns no row
+        attends any more."""
+        keep = [i for i, r in enumerate(self.rows) if not r.done]
+        if not keep:
+            self.clear()
+            return
+        if len(keep) < len(self.rows):
+            self.cache.select(keep)
+            self.rows = [self.rows[i] for i in keep]
+            self.cache.trim()
 
-    def trim(self) -> None:
-        self.cache, self.mask, self.rows = trim_columns(self.cache, self.mask, self.rows)
-
-    def join(self, cache, mask, rows: list[Row]) -> None:
-        self.cache, self.mask, self.rows = merge_rows(self.cache, self.mask, self.rows, cache, mask, rows)
+    def join(self, cache, rows: list[Row]) -> None:
+        if self.cache is None or not self.rows:
+            self.cache, self.rows = cache, list(rows)
+        else:
+            self.cache.join(cache)
+            self.rows = self.rows + list(rows)
 
     def keep_first(self, n: int) -> None:
-        import torch
+        self.cache.select(list(range(n)))
+        self.rows = self.rows[:n]
 
-        keep = torch.arange(n, device=self.mask.device)
-        select_rows(self.cache, keep)
-        self.mask, self.rows = self.mask[keep], self.rows[:n]
+    def clear(self) -> None:
+        self.cache, self.rows = None, []
 
 
 class Scheduler:

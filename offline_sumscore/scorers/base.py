@@ -117,13 +117,16 @@ class ScorerBase:
 
     def __init__(self, model: Any = None, *, engine: Engine | None = None, device: str = "auto",
                  dtype: str = "auto", batch_size: int | None = None, token_budget: int | None = None,
-                 cache: str | os.PathLike | StageCache | None = None):
+                 cache: str | os.PathLike | StageCache | None = None, device_share: float = 1.0):
         for name, value in (("batch_size", batch_size), ("token_budget", token_budget)):
             if value is not None and value < 1:
                 raise UsageError(f"{name} must be >= 1. Given: {value}")
         self._model, self._engine, self._runner = model, engine, None
         self.notify: Callable[[str], None] | None = None  # where to say that a row's source goes in pieces
         self.device, self.dtype, self.batch_size, self.token_budget = device, dtype, batch_size, token_budget
+        if not 0 < device_share <= 1:
+            raise UsageError(f"device_share must be in (0, 1]. Given: {device_share}")
+        self.device_share = device_share  # engines sharing one device (Ray actors with a fraction of a GPU each)
         self.cache = cache if cache is None or isinstance(cache, StageCache) else StageCache(cache)
 
     @property
@@ -135,7 +138,8 @@ class ScorerBase:
 
             judge = self._model if isinstance(self._model, Judge) else load_judge(
                 self._model, device=self.device, dtype=self.dtype)
-            self._engine = TransformersEngine(judge, batch_size=self.batch_size, token_budget=self.token_budget)
+            self._engine = TransformersEngine(judge, batch_size=self.batch_size, token_budget=self.token_budget,
+                                              device_share=self.device_share)
         return self._engine
 
     @property

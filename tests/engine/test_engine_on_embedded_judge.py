@@ -112,19 +112,6 @@ def test_verdict_only_rows_cost_one_forward_pass_each(judge):
     assert engine.stats.forward_passes == 2  # one prefill of the shared summary, one verdict pass for both rows
 
 
-def test_injected_out_of_memory_is_recovered_by_splitting(judge, full):
-    raised = []
-
-    def oom_once_per_kind(kind, rows):
-        if rows > 1 and kind not in raised:
-            raised.append(kind)
-            raise torch.OutOfMemoryError(f"injected: {kind} with {rows} rows")
-
-    recovered, stats = run(judge, fault_injector=oom_once_per_kind)
-    same(full[0], recovered)
-    assert set(raised) == {"prefill", "step", "likelihood"} and stats.oom_splits == 3
-
-
 def test_summary_score_answers_through_the_engine_with_p_yes(judge):
     r = SummaryScore(judge, max_questions=2, max_keyphrases=2, max_text_chars=40).score(SOURCE, SUMMARY)
     assert len(r.answer_p_yes) == len(r.answers)

@@ -31,3 +31,38 @@ def test_messages_are_one_line(tmp_path):
     with pytest.raises(ModelLoadError) as info:
         resolve_model_path(tmp_path / "absent")
     assert "\n" not in str(info.value)
+
+
+def test_capacity_counts_memory_reserved_but_unused_and_divides_a_shared_device():
+    from offline_sumscore.engine.runner import kv_token_budget, usable_memory
+    from offline_sumscore.ray_runner import _share
+
+    gib = 2**30
+    assert usable_memory(10 * gib, 6 * gib, 1.0) == 16 * gib  # PyTorch's cached blocks are this process's to use
+    assert usable_memory(10 * gib, 6 * gib, 0.5) == 8 * gib  # two actors on one GPU: each fills half
+    per_token = 131072  # Llama-3.1-8B in bf16: 2 x 32 layers x 8 heads x 128 x 2 bytes
+    assert kv_token_budget(usable_memory(10 * gib, 6 * gib, 1.0), per_token) == 65536
+    assert kv_token_budget(usable_memory(10 * gib, 6 * gib, 0.5), per_token) == 32768
+    assert _share(0.5) == 0.5 and _share(1) is None and _share(0) is None
+
+
+def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its_share(monkeypatch):
+    from types import SimpleNamespace
+
+    import torch
+
+    from offline_sumscore.engine.runner import TransformersEngine
+
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10 * gib, 141 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 8 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 * gib)
+    config = SimpleNamespace(num_key_value_heads=8, num_attention_heads=32, head_dim=128, hidden_size=4096,
+                             num_hidden_layers=32)
+    engine = SimpleNamespace(judge=SimpleNamespace(model=SimpleNamespace(config=config, dtype=torch.bfloat16)),
+                             device=torch.device("cuda"), device_share=1.0)
+    _, whole, _ = TransformersEngine._capacity(engine, None, None)
+    engine.device_share = 0.5
+    _, half, why = TransformersEngine._capacity(engine, None, None)
+    assert whole == 65536 and half == 32768  # (10 + 6 GiB) / 2 for the cache, then halved again by the share
+    assert "0.5 of it" in engine.free_memory

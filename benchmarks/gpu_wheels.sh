@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The wheels that the GPU machine's image lacks, for its Python, into a git-ignored folder that the device call
+# carries; then two checks made here, before any device time is spent:
+#   1. their size, against what one device call may carry (64 MiB for the whole working tree);
+#   2. a dry-run install from those wheels and the image's own packages only (no index): every requirement
+#      resolves without a network.
+# Usage: benchmarks/gpu_wheels.sh [PYTHON_VERSION] [DEST]
+#   benchmarks/gpu_wheels.sh 3.12 .gpu/whl     # for the H200 image (Python 3.12.3; torch and transformers there)
+#   benchmarks/gpu_wheels.sh 3.11 .gpu/whl     # for the CPU rehearsal here (benchmarks/gpu_rehearsal.sh)
+set -euo pipefail
+PY_VERSION=${1:-3.12}
+DEST=${2:-.gpu/whl}
+# Versions as tested here (pip freeze of the project's venv). The image has the rest of what these need: jinja2,
+# cloudpickle, pillow, attrs, typing-extensions, numpy, click, filelock (KINDS.md's package list).
+CARRIED=(outlines==1.3.3 outlines_core==0.2.14 llguidance==1.9.1 pydantic==2.14.4 pydantic_core==2.50.5
+         annotated-types==0.8.0 typing-inspection==0.4.5 diskcache==5.6.3 genson==1.4.0 jsonschema==4.26.0
+         jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1)
+IN_IMAGE=(jinja2==3.1.6 markupsafe==3.0.4 cloudpickle==3.1.3 pillow==13.0.0 attrs==26.1.0 typing_extensions==4.16.0)
+PLATFORMS=()
+for p in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 \
+         manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64; do PLATFORMS+=(--platform "$p"); done
+LIMIT_MIB=${LIMIT_MIB:-40}  # leaves 24 MiB of the call's 64 for the repository, the tokenizer and the data
+
+download() {  # into $1
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
+    "${PLATFORMS[@]}" -d "$@"
+}
+rm -rf "$DEST" && mkdir -p "$DEST"
+download "$DEST" "${CARRIED[@]}"
+size=$(du -sm "$DEST" | cut -f1)
+echo "$(ls "$DEST" | wc -l) wheels for Python $PY_VERSION in $DEST: ${size} MiB (limit ${LIMIT_MIB} MiB)"
+[ "$size" -le "$LIMIT_MIB" ] || { echo "too large to carry: ${size} MiB > ${LIMIT_MIB} MiB" >&2; exit 1; }
+
+# The dry run: the image's own packages stand in as wheels in a scratch folder (they are not carried).
+image=$(mktemp -d)
+trap 'rm -rf "$image"' EXIT
+download "$image" "${IN_IMAGE[@]}"
+names=("${CARRIED[@]%%==*}")
+python3 -m pip install -q --dry-run --ignore-installed --no-index --find-links "$DEST" --find-links "$image" \
+  --only-binary=:all: --python-version "$PY_VERSION" --implementation cp "${PLATFORMS[@]}" --target "$image/t" \
+  --report "$image/report.json" "${CARRIED[@]}"
+python3 - "$image/report.json" "$DEST" <<'PY'
+import json, os, sys
+report, dest = json.load(open(sys.argv[1])), sys.argv[2]
+carried = {f for f in os.listdir(dest)}
+chosen = [os.path.basename(i["download_info"]["url"]) for i in report["install"]]
+missing = [c for c in chosen if c not in carried]
+print(f"dry run: {len(chosen)} packages resolve offline; from the image: {', '.join(sorted(missing)) or 'none'}")
+PY
+
+# What the ladder reads there besides the wheels: the tokenizer (no weights) and the SummEval rows.
+mkdir -p .gpu/tokenizer
+models=$(python3 -c "import sys; sys.path.insert(0, '.'); from offline_sumscore.judge import models_root; print(models_root())" \
+         2>/dev/null || echo models/converted)
+cp "$models"/SmolLM2-135M-Instruct/{tokenizer.json,tokenizer_config.json,chat_template.jinja,config.json,generation_config.json} \
+   .gpu/tokenizer/ 2>/dev/null || cp models/converted/SmolLM2-135M-Instruct/{tokenizer.json,tokenizer_config.json,chat_template.jinja} .gpu/tokenizer/
+cp "${DATA:-../shared/data/agreement/summeval_dev.jsonl}" .gpu/data.jsonl
+echo "carry .gpu: $(du -sm .gpu --exclude=image-venv | cut -f1) MiB ($(ls .gpu | tr '\n' ' '))"

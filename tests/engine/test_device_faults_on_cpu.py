@@ -1,0 +1,223 @@
+"""Faults a GPU run would meet, made visible on the CPU with the real embedded judge.
+
+- CUDA's attention kernels can return NaN for a query row that may attend to no position; an attention function
+  that does exactly that is registered here, and the engine's rows must not change under it.
+- Out of memory can strike inside a forward pass (in any decoder layer, or in the vocabulary projection after it);
+  it is raised here from hooks on a layer and on the head, in a prefill, a decoding step and a likelihood pass.
+- Every synchronisation with the device stalls a GPU's queue: the operations that would synchronise are counted
+  per decoding step.
+- A step must not copy the cache: no concatenation of keys and values, no expansion of them per query head.
+"""
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+from transformers import AttentionInterface
+from transformers.integrations import sdpa_attention
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from offline_sumscore.engine.runner import TransformersEngine, _unpack
+from tests.engine.test_engine_on_embedded_judge import mix, same
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def reference(judge):
+    return TransformersEngine(judge).run(mix())
+
+
+# -- rows that attend to nothing ----------------------------------------------------------------------------
+BLIND: list[int] = []
+
+
+def nan_on_blind_rows(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention, except that a query row whose mask allows no key gets NaN, as CUDA can."""
+    out, weights = sdpa_attention.sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        blind = ~attention_mask[:, :, :, :key.shape[2]].any(-1)  # [rows, 1, queries]
+        if blind.any():
+            BLIND.append(int(blind.sum()))
+            out = out.masked_fill(blind[:, 0, :, None, None], float("nan"))
+    return out, weights
+
+
+def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(judge, reference):
+    AttentionInterface.register("nan_on_blind_rows", nan_on_blind_rows)
+    AttentionMaskInterface.register("nan_on_blind_rows", sdpa_mask)
+    before = judge.model.config._attn_implementation
+    BLIND.clear()
+    judge.model.set_attn_implementation("nan_on_blind_rows")
+    try:
+        engine = TransformersEngine(judge)
+        assert engine.describe()["attention"] == "nan_on_blind_rows"
+        results = engine.run(mix())
+    finally:
+        judge.model.set_attn_implementation(before)
+    assert BLIND == []
+    same(reference, results)
+
+
+# -- out of memory anywhere in a pass -----------------------------------------------------------------------
+@pytest.mark.parametrize("where,phase", [("layer", "_prefill"), ("layer", "_step"), ("head", "_step"),
+                                         ("layer", "_likelihood_pass"), ("head", "_likelihood_pass")])
+def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, reference, where, phase):
+    engine = TransformersEngine(judge)
+    state = {"phase": None, "raised": 0}
+    for name in ("_prefill", "_step", "_likelihood_pass"):
+        def wrapped(*args, _original=getattr(engine, name), _name=name, **kwargs):
+            state["phase"] = _name
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                state["phase"] = None
+        setattr(engine, name, wrapped)
+    layers = judge.model.get_decoder().layers
+    module = layers[len(layers) // 2] if where == "layer" else judge.model.get_output_embeddings()
+
+    def hook(_module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        if state["phase"] == phase and hidden.shape[0] > 1 and not state["raised"]:
+            state["raised"] += 1
+            raise torch.OutOfMemoryError(f"injected in the {where} during {phase}")
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        results = engine.run(mix())
+    finally:
+        handle.remove()
+    assert state["raised"] == 1 and engine.stats.oom_splits == 1
+    same(reference, results)
+
+
+def test_an_admission_that_runs_out_of_memory_waits_for_running_rows_to_leave(judge, reference):
+    engine = TransformersEngine(judge, batch_size=4)
+    original, counts = engine._prefill, {"tries": 0, "steps": 0}
+    step = engine._step
+
+    def prefill(units, joining=True):
+        if joining:  # no room for new rows while any run: only an empty batch admits
+            counts["tries"] += 1
+            raise torch.OutOfMemoryError("injected: no room next to the running rows")
+        return original(units, joining)
+
+    def counted_step(batch):
+        counts["steps"] += 1
+        return step(batch)
+
+    engine._prefill, engine._step = prefill, counted_step
+    results = engine.run(mix())
+    same(reference, results)
+    # Each refused admission is tried again only once a running row has left, not at every step.
+    finished_while_running = sum(1 for r in results if r.request.continuation is None)
+    assert counts["tries"] <= 3 * finished_while_running < counts["steps"]
+
+
+# -- host work and synchronisations per step ------------------------------------------------------------------
+SYNCING = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.nonzero,
+           torch.nonzero, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
+           torch.Tensor.__index__, torch.Tensor.cuda}
+
+
+class CountSyncs(TorchFunctionMode):
+    """Counts the tensor operations that make the host wait for a GPU (reads of values, data-dependent shapes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in SYNCING:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_decoding_step_synchronises_with_the_device_once(judge, reference):
+    engine = TransformersEngine(judge)
+    step, per_step = engine._step, []
+
+    def counted(batch):
+        with CountSyncs() as mode:
+            step(batch)
+        per_step.append(mode.count)
+
+    engine._step = counted
+    same(reference, engine.run(mix()))
+    assert len(per_step) > 10 and max(per_step) == 1
+
+
+def test_a_step_neither_concatenates_nor_expands_the_cache(judge, reference, monkeypatch):
+    calls = {"cat": 0, "repeat_kv": 0}
+    repeat_kv = sdpa_attention.repeat_kv
+
+    def counted_repeat(*args, **kwargs):
+        calls["repeat_kv"] += 1
+        return repeat_kv(*args, **kwargs)
+
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", counted_repeat)
+
+    class CountCat(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.cat:  # along the sequence axis of [rows, heads, columns, dim] tensors: a cache grows
+                tensors, dim = args[0], (args[1] if len(args) > 1 else (kwargs or {}).get("dim", 0))
+                if tensors[0].dim() == 4 and dim in (2, -2):
+                    calls["cat"] += 1
+            return func(*args, **(kwargs or {}))
+
+    engine = TransformersEngine(judge)
+    step = engine._step
+
+    def counted(batch):
+        with CountCat():
+            step(batch)
+
+    engine._step = counted
+    same(reference, engine.run(mix()))
+    assert calls == {"cat": 0, "repeat_kv": 0}
+
+
+def test_host_work_per_step_at_512_rows_takes_less_than_the_vocabulary_unpack_it_replaced(judge):
+    """The step's host work (grammar masks for every row and the finished-row check) at 512 rows, against the old
+    per-step unpack of the bitmask to a rows x vocabulary boolean, measured side by side (best of 3)."""
+    from offline_sumscore import schemas
+
+    engine = TransformersEngine(judge)
+    grammar = schemas.grammar_of(schemas.claims_list(3, 50))
+    rows = [SimpleNamespace(matcher=engine.grammars.matcher(grammar)) for _ in range(512)]
+    live = list(range(512))
+
+    def best(fn):
+        times = []
+        for _ in range(3):
+            began = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - began)
+        return min(times)
+
+    now = best(lambda: engine._masks(rows, live))
+    bitmask = engine._bitmask[:512]
+
+    def old():
+        allowed = _unpack(bitmask, engine.vocab_size)
+        return allowed.sum(1) == allowed[:, engine.eos_ids].sum(1)
+
+    before = best(old)
+    assert now < before, (now, before)
+
+
+def test_nan_logits_fail_the_row_loudly_and_are_never_read_as_a_verdict(judge):
+    engine = TransformersEngine(judge)
+    requests = [r for r in mix() if r.stage == "coverage"]
+
+    def poison(_module, _args, output):
+        return torch.full_like(output, float("nan"))
+
+    handle = judge.model.get_output_embeddings().register_forward_hook(poison)
+    try:
+        results = engine.run(requests)
+    finally:
+        handle.remove()
+    assert all(r.error_kind == "model" and "NaN" in r.error and not r.choice_probs for r in results)
+    assert engine.stats.nan_rows == len(requests)

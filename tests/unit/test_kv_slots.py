@@ -1,0 +1,87 @@
+"""KVSlots on a small made-up geometry, against the plain concatenation it replaces (no model)."""
+import types
+
+import numpy as np
+import pytest
+import torch
+
+from offline_sumscore.engine.kv_slots import KVSlots, grouped_query_sdpa
+
+CONFIG = types.SimpleNamespace(num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, head_dim=3,
+                               hidden_size=12)
+
+
+def slots(rows=0):
+    s = KVSlots(CONFIG, dtype=torch.float32, device="cpu")
+    s.add_rows(rows)
+    return s
+
+
+def write(s, mask):
+    """One pass: every layer writes keys = values = a running number per (row, column)."""
+    mask = np.array(mask, dtype=np.int64)
+    full = s.begin(mask)
+    rows, w = mask.shape
+    new = torch.arange(rows * w, dtype=torch.float32).view(rows, 1, w, 1).expand(rows, 2, w, 3) + 100 * s.end
+    for layer in range(2):
+        keys, values = s.update(new, new, layer)
+    s.commit()
+    return full, keys
+
+
+def test_a_pass_writes_by_index_and_returns_the_window_without_moving_the_buffers():
+    s = slots(2)
+    write(s, [[1, 1, 1], [1, 1, 0]])
+    buffer = s.key_buffers[0].data_ptr()
+    for _ in range(5):  # one-token steps within capacity: no reallocation, no copy of the cache
+        full, keys = write(s, [[1], [1]])
+    assert s.key_buffers[0].data_ptr() == buffer and s.width == 8
+    assert keys.shape == (2, 2, 8, 3) and full.tolist()[1] == [1, 1, 0, 1, 1, 1, 1, 1]
+
+
+def test_a_pass_that_raises_halfway_leaves_the_window_and_mask_as_they_were():
+    s = slots(2)
+    write(s, [[1, 1], [1, 1]])
+    before = (s.width, s.mask.clone())
+    s.begin(np.ones((2, 3), dtype=np.int64))
+    s.update(torch.ones(2, 2, 3, 3), torch.ones(2, 2, 3, 3), 0)  # layer 0 wrote, layer 1 never did
+    s.abort()
+    assert s.width == before[0] and torch.equal(s.mask, before[1])
+    full, _ = write(s, [[1], [1]])  # the next pass overwrites the forgotten columns
+    assert full.shape == (2, 3)
+
+
+def test_join_left_pads_the_narrower_side_and_trim_drops_columns_no_row_attends():
+    a, b = slots(1), slots(2)
+    write(a, [[1, 1]])
+    write(b, [[1, 1, 1, 1], [0, 1, 1, 1]])
+    a.join(b)
+    assert a.rows == 3 and a.width == 4
+    assert a.mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]]
+    assert a.first == [2, 0, 1]
+    a.select([0, 2])  # row 1 left
+    a.trim()
+    assert a.mask.tolist() == [[0, 1, 1], [1, 1, 1]] and a.first == [1, 0]
+    assert torch.equal(a.layers[0].keys[1, 0, :, 0], torch.tensor([1.0, 2.0, 3.0]) + 4)  # b's row 1, columns 1..3
+
+
+def test_the_cache_grows_when_full_and_keeps_every_row():
+    s = slots(1)
+    write(s, [[1] * 60])
+    reference = s.layers[1].keys.clone()
+    write(s, [[1] * 10])  # past the first 64 columns: one reallocation
+    assert s.reallocations == 2 and torch.equal(s.layers[1].keys[:, :, :60], reference)
+    s.select([0] * 20)  # past the first 8 rows
+    assert s.rows == 20 and torch.equal(s.layers[1].keys[19, :, :60], reference[0])
+
+
+@pytest.mark.parametrize("queries", [1, 3])
+def test_grouped_query_attention_equals_attention_over_repeated_keys(queries):
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, queries, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.rand(2, 1, queries, 5) > 0.3
+    mask[..., 0] = True
+    out, _ = grouped_query_sdpa(None, q, k, v, mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                           attn_mask=mask).transpose(1, 2)
+    assert torch.allclose(out, ref, atol=1e-6)
