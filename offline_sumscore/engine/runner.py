@@ -440,7 +440,15 @@ class TransformersEngine:
             row.matcher = self.grammars.matcher(row.request.grammar)
             if self.forced_tokens:
                 self._take_forced(row)
+            self._finish_if_complete(row)
         return slots, rows
+
+    def _finish_if_complete(self, row: Row) -> None:
+        """A grammar that allows nothing but the end token has nothing left to read from the model: the row ends
+        here, with no forward pass (a verdict-only row costs exactly the one pass that reads its verdict)."""
+        if self.logit_verdicts and not row.done and row.matcher.is_stopped():
+            row.done = True
+            self.stats.skipped_forwards += 1
 
     def _take_forced(self, row: Row) -> None:
         forced = row.matcher.compute_ff_tokens()
@@ -486,19 +494,11 @@ class TransformersEngine:
         import torch
 
         active = batch.rows
-        # 2. Grammar masks for the whole batch on the CPU. Finished rows may still hold a slot (see the end of the
-        # step): they feed nothing and read nothing.
+        # Finished rows may still hold a slot (see the end of the step): they feed nothing and read nothing. A row
+        # whose grammar is complete finished when its last token was taken (_finish_if_complete), without a pass.
         live = [i for i, row in enumerate(active) if not row.done]
-        bitmask, only_eos = self._masks(active, live)
-        if self.logit_verdicts:
-            # A complete grammar allows only the end token: nothing is left to read from the model.
-            for i in live:
-                if only_eos[i]:
-                    active[i].done = True
-                    self.stats.skipped_forwards += 1
-            live = [i for i in live if not active[i].done]
-            if not live:
-                return
+        if not live:
+            return
         # 3. One forward pass over the rows' pending tokens; shorter rows get masked holes. The width is the
         # widest whose padding stays within step_tokens slots: that much padding rides along nearly free (the pass
         # reads every weight once anyway), more costs real compute. A row with a longer run of forced tokens feeds
@@ -513,6 +513,9 @@ class TransformersEngine:
         reading = [i for i in live if fed[i] == len(active[i].pending)]
         slots = batch.cache
         hidden = self._pass(slots, ids, new_mask, positions, commit=False)
+        # 2. The grammar masks, filled on the CPU while the device runs the pass just queued (on a GPU the pass is
+        # asynchronous until its picks are read).
+        bitmask, only_eos = self._masks(active, live)
         try:
             picks, p_yes = self._read(active, reading, fed, hidden, bitmask)
         except BaseException:
@@ -524,6 +527,9 @@ class TransformersEngine:
             active[i].pending = active[i].pending[fed[i]:]
         for k, i in enumerate(reading):
             row, token = active[i], picks[k]
+            if only_eos[i]:  # complete, though llguidance did not say so when its last token went in: nothing to read
+                row.done = True
+                continue
             if token < 0:
                 self.stats.nan_rows += 1
                 row.fail("model", "the judge's logits were NaN at this step (a poisoned forward pass); nothing "
@@ -543,6 +549,7 @@ class TransformersEngine:
                 self._take_forced(row)
             if len(row.out) >= row.cap:
                 row.fail("cap", f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
+            self._finish_if_complete(row)
         # 5. Compacting the batch copies the whole KV cache, so finished rows keep their slot (fed nothing) until a
         # quarter of the slots are finished, or new rows are admitted.
         dead = sum(r.done for r in active)
