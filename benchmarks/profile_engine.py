@@ -56,7 +56,7 @@ def profile(judge, make_engine, inputs, caps) -> dict:
         return out
 
     engine = make_engine()
-    fill = engine.grammars.fill_bitmask
+    fill = engine.grammars.fill_bitmasks
 
     def timed_fill(*args):
         nonlocal grammar_s
@@ -65,7 +65,7 @@ def profile(judge, make_engine, inputs, caps) -> dict:
         grammar_s += time.perf_counter() - t
         return out
 
-    engine.grammars.fill_bitmask = timed_fill
+    engine.grammars.fill_bitmasks = timed_fill
     runner_module._unpack = timed_unpack
     try:
         scorer = SummarizationScorer(engine=engine, **caps)
@@ -75,7 +75,7 @@ def profile(judge, make_engine, inputs, caps) -> dict:
             wall = time.perf_counter() - started
     finally:
         runner_module._unpack = original
-        engine.grammars.fill_bitmask = fill
+        engine.grammars.fill_bitmasks = fill
     spent: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
         spent[category(event.key)] += event.self_cpu_time_total / 1e6

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .errors import UsageError
-from .samples import BadRow, Sample
+from .samples import BadRow, Sample, source_hash
 
 DEFAULT_CHUNK_SIZE = 32
 DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, few enough to keep the host queue short
@@ -131,7 +131,10 @@ def chunk_rows(chunk: Chunk, results: list[dict], metric: str) -> list[dict]:
 
 def _with_origin(item: Sample, result: dict) -> dict:
     # The id as INPUT gave it, with its JSON type; null for a row that gave none (its line says which).
-    result.update(id=item.given_id, line=item.line, row_key=item.key, input_hash=item.input_hash)
+    result.update(id=item.given_id, line=item.line, row_key=item.key, input_hash=item.input_hash,
+                  source_hash=source_hash(item.source))
+    if item.doc_id is not None:
+        result["doc_id"] = item.doc_id
     return result
 
 

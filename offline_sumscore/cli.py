@@ -376,11 +376,72 @@ def report(results, output_path, title, worst):
         page = render(rows, title=title or f"offline_sumscore: {Path(results).name}", worst=worst)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
-    Path(output_path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(output_path).with_name(Path(output_path).name + ".writing")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(output_path)
+    _write_atomically(output_path, page)
     click.echo(f"{output_path}: {len(rows)} rows, {len(page) // 1024} KiB")
+
+
+@main.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the comparison as one self-contained HTML page.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Also write the comparison as JSON, for scripts.")
+@click.option("--by", default=None, help="The field naming each row's document (e.g. doc_id). Default: the "
+                                          "source text's hash, which every OUTPUT row carries.")
+@click.option("--name", "names", multiple=True, help="A name per system, in order. Default: the file's name.")
+@click.option("--allow-mixed", is_flag=True, help="Compare rows scored under different judges, prompt versions or "
+                                                  "settings (the difference is named in the output).")
+@click.option("--resamples", type=click.IntRange(100, 1_000_000), default=10000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the permutations.")
+def compare(results, output_path, json_path, by, names, allow_mixed, resamples, seed):
+    """Which system's summaries score better, and how sure: RESULTS are two or more OUTPUTs of `sumscore score`
+    (JSONL, Parquet, CSV, or folders of shards), one per system, paired by document."""
+    from .comparison import table, to_json
+    from .report import render_comparison
+
+    if names and len(names) != len(results):
+        raise click.UsageError(f"--name given {len(names)} times for {len(results)} RESULTS")
+    try:
+        report, systems = compare_files(results, names=names or None, by=by, allow_mixed=allow_mixed,
+                                        resamples=resamples, seed=seed)
+    except SumscoreError as exc:
+        raise InputProblem(str(exc)) from None
+    click.echo(table(report))
+    if json_path:
+        _write_atomically(json_path, to_json(report) + "\n")
+        click.echo(f"{json_path}: the comparison as JSON")
+    if output_path:
+        page = render_comparison(report, {s.name: s.rows for s in systems},
+                                 title="offline_sumscore: " + " vs ".join(s.name for s in systems))
+        _write_atomically(output_path, page)
+        click.echo(f"{output_path}: {len(page) // 1024} KiB")
+
+
+def compare_files(paths, *, names=None, by=None, allow_mixed=False, resamples=10000, seed=0):
+    """The Python door to `sumscore compare`: (report, systems) from OUTPUT paths."""
+    from .comparison import compare_systems, system_from_rows
+    from .formats import read_results
+
+    systems = []
+    for k, path in enumerate(paths):
+        path = Path(path)
+        files = sorted(f for f in path.iterdir() if f.suffix in (".jsonl", ".parquet", ".csv")) if path.is_dir() \
+            else [path]
+        if not files:
+            raise InputProblem(f"{path}: a folder with no .jsonl, .parquet or .csv shards")
+        rows = [row for f in files for row in read_results(f)]
+        systems.append(system_from_rows(names[k] if names else path.name.split(".")[0] or str(path), rows, by))
+    if len({s.name for s in systems}) < len(systems):
+        raise InputProblem("two RESULTS have the same name (" + ", ".join(s.name for s in systems)
+                           + "): tell them apart with --name")
+    return compare_systems(systems, allow_mixed=allow_mixed, resamples=resamples, seed=seed), systems
+
+
+def _write_atomically(path, text: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_name(Path(path).name + ".writing")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 @main.command()

@@ -180,3 +180,92 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{CSS}</style></head><body>"
             + "".join(sections) + "</body></html>\n")
+
+
+# -- `sumscore compare` -------------------------------------------------------------------------------------------
+def forest_svg(items: list[tuple[str, float, float, float, str]]) -> str:
+    """One line per comparison: its label, the 95% interval as a bar and the mean difference as a dot, around a
+    line at zero; items are (label, mean, low, high, verdict)."""
+    span = max([abs(v) for _, m, lo, hi, _ in items for v in (m, lo, hi) if v == v] + [0.05])
+    left, width, height = 230, W + 130 - 230 - 40, 26 * len(items) + 40  # 40: room for the right-hand tick
+
+    def x(v: float) -> float:
+        return round(left + (v + span) / (2 * span) * width, 1)
+
+    parts = [f'<line x1="{x(0)}" y1="8" x2="{x(0)}" y2="{height - 26}" class="diag"/>',
+             f'<text x="{x(-span)}" y="{height - 10}" class="tick">{-span:+.2f}</text>',
+             f'<text x="{x(0)}" y="{height - 10}" class="tick">0</text>',
+             f'<text x="{x(span)}" y="{height - 10}" class="tick">{span:+.2f}</text>']
+    for i, (label, mean, lo, hi, verdict) in enumerate(items):
+        y = 20 + 26 * i
+        cls = "dot" if verdict == "no difference" else "dot strong"
+        parts += [f'<text x="0" y="{y + 4}" class="label-left">{html.escape(label)}</text>',
+                  f'<line x1="{x(lo)}" y1="{y}" x2="{x(hi)}" y2="{y}" class="ci"/>',
+                  f'<circle class="{cls}" cx="{x(mean)}" cy="{y}" r="5"><title>{html.escape(label)}: '
+                  f'{mean:+.3f} [{lo:+.3f}, {hi:+.3f}], {html.escape(verdict)}</title></circle>']
+    return (f'<svg class="plot forest" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W + 130} {height}" '
+            f'width="{W + 130}" height="{height}" role="img">' + "".join(parts) + "</svg>")
+
+
+def render_comparison(report: dict, systems_rows: dict[str, dict[str, dict]], *,
+                      title: str = "offline_sumscore: compare") -> str:
+    """The comparison as one self-contained page: the table, a forest plot of every pair's difference per field, a
+    paired scatter of the first pair's scores per document, the ranking, and the drill-down."""
+    pairs = report["pairs"]
+    fields = report["fields"]
+    forest = [(f"{p['a']} - {p['b']}: {f}", s["mean_diff"], s["ci_low"], s["ci_high"], s["verdict"])
+              for f in fields for p in pairs for s in [p["fields"][f]]]
+    first = pairs[0]
+    a_rows, b_rows = systems_rows[first["a"]], systems_rows[first["b"]]
+    common = sorted(set(a_rows) & set(b_rows))
+    points = [(a_rows[d]["score"], b_rows[d]["score"], f"{d}: {a_rows[d]['score']:.2f} vs {b_rows[d]['score']:.2f}")
+              for d in common if d in a_rows and d in b_rows]
+    rows_html = []
+    for p in pairs:
+        for f, s in p["fields"].items():
+            better = {"A": f"{p['a']} better", "B": f"{p['b']} better"}.get(s["verdict"], "no difference")
+            rows_html.append(
+                f"<tr><td>{html.escape(p['a'])}</td><td>{html.escape(p['b'])}</td><td>{f}</td>"
+                f"<td class=num>{s['mean_a']:.3f}</td><td class=num>{s['mean_b']:.3f}</td>"
+                f"<td class=num>{s['mean_diff']:+.3f}</td><td class=num>[{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]</td>"
+                f"<td class=num>{s['p']:.4f}</td><td class=num>{s['p_holm']:.4f}</td>"
+                f"<td class=num>{s['wins']}/{s['ties']}/{s['losses']}</td><td>{html.escape(better)}</td></tr>")
+    left_out = "".join(
+        f"<li>{html.escape(s['name'])}: {s['scored']} scored; left out: {s['failed']} failed, {s['unkeyed']} without "
+        f"a document key, {s['duplicates']} duplicate, {s['not_in_every_system']} on documents another system did "
+        f"not score</li>" for s in report["systems"])
+    ranking = ""
+    if len(report["systems"]) > 2 and "score" in fields:
+        ranking = "<h2>Ranking by mean score</h2><ol>" + "".join(
+            f"<li>{html.escape(n)}: {report['means'][n]['score']['mean']:.3f} "
+            f"[{report['means'][n]['score']['ci_low']:.3f}, {report['means'][n]['score']['ci_high']:.3f}]</li>"
+            for n in report["ranking"]) + ("</ol><p><small>Per-system intervals do not test differences; the pairs "
+                                          "above do, with Holm's adjustment for multiple comparisons.</small></p>")
+    drill = []
+    for p in pairs[:3]:
+        for d in p["drill_down"]:
+            def misses(side):
+                items = [f'<li><span class="bad">unsupported</span>: {html.escape(str(c))}</li>'
+                         for c in side["unsupported"]]
+                items += [f'<li><span class="bad">missed</span>: {html.escape(str(q))}</li>' for q in side["missed"]]
+                return "<ul>" + "".join(items) + "</ul>" if items else "<small>nothing missed</small>"
+            drill.append(f"<tr><td>{html.escape(str(d['document']))}</td>"
+                         f"<td>{html.escape(p['a'])} <b>{d['score_a']:.3f}</b>{misses(d['a'])}</td>"
+                         f"<td>{html.escape(p['b'])} <b>{d['score_b']:.3f}</b>{misses(d['b'])}</td></tr>")
+    css = CSS + ".ci{stroke:#1f77b4;stroke-width:3}.strong{fill:#b00020;fill-opacity:1}"
+    mixed = ("<p class=bad>Settings differ (compared with --allow-mixed): "
+             + html.escape(", ".join(report["settings_differ"])) + "</p>") if report["settings_differ"] else ""
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+            f"<style>{css}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"<p>{report['documents']} documents scored by every system ({html.escape(report['metric'])}). Paired "
+            f"bootstrap 95% intervals resampling documents ({report['resamples']} resamples, seed {report['seed']}); "
+            f"sign-flip permutation p-values, Holm-adjusted over the {len(pairs)} pair(s) per field; a verdict "
+            f"where the adjusted p is below {report['alpha']}.</p>{mixed}<ul>{left_out}</ul>"
+            f"<h2>Differences</h2><table id=pairs><tr><th>A</th><th>B</th><th>field</th><th>mean A</th>"
+            f"<th>mean B</th><th>A - B</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>W/T/L</th>"
+            f"<th>verdict</th></tr>{''.join(rows_html)}</table>"
+            f"<div class=grid><div class=card><h3>Mean difference with its 95% interval</h3>{forest_svg(forest)}"
+            f"</div><div class=card><h3>Score per document: {html.escape(first['a'])} (x) against "
+            f"{html.escape(first['b'])} (y)</h3>{scatter_svg(points, first['a'], first['b'])}</div></div>{ranking}"
+            f"<h2>Where they differ most</h2><table id=drill><tr><th>document</th><th>A</th><th>B</th></tr>"
+            f"{''.join(drill)}</table></body></html>")

@@ -36,6 +36,7 @@ class Sample:
     key: str = ""  # resume key: "id:<id>" when the row names an id, else "line:<n>"
     input_hash: str = ""  # hash of the row's judged content: a resumed run checks it against OUTPUT's row
     given_id: Any = None  # the id as the input gave it (a JSON string, number or boolean), None if it gave none
+    doc_id: str | None = None  # the input's doc_id field, if any: kept in OUTPUT for `sumscore compare --by doc_id`
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ class BadRow:
     input_hash: str
     error: InputError
     given_id: Any = None  # as for Sample: what OUTPUT's row shows as its id
+
+
+def source_hash(source: str) -> str:
+    """What OUTPUT rows are paired by in `sumscore compare` when no document field is named: the source's hash."""
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def content_hash(*parts: Any) -> str:
@@ -185,7 +191,9 @@ def _sample(row: dict, line: int, row_id: str, key: str, digest: str, where: str
     if lists["questions"] and lists["key_facts"]:
         raise InputError("gives both questions and key_facts; give one", field="key_facts", line=line,
                          row_id=row_id, path=where, cause="bad_key_facts")
-    return Sample(id=row_id, line=line, source=source, summary=summary, key=key, input_hash=digest, **lists)
+    doc_id = row.get("doc_id")
+    return Sample(id=row_id, line=line, source=source, summary=summary, key=key, input_hash=digest, **lists,
+                  doc_id=None if doc_id is None else str(doc_id))
 
 
 SHARD_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")

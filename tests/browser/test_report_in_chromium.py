@@ -69,3 +69,35 @@ def test_report_renders_plots_and_table_in_headless_chromium(tmp_path):
     assert blue_in(0, height // 2) > 500  # histogram bars, scatter dots and share bars were painted
     assert dark_in(height // 2, height) > 1000  # the table's text was painted below the plots
     assert red_in(height // 2, height) > 50  # with its verdict marks
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium); .ci/run installs it")
+def test_compare_page_renders_its_forest_plot_scatter_and_tables_in_headless_chromium(tmp_path):
+    from PIL import Image
+
+    from offline_sumscore.formats import write_rows
+    from tests.pipeline.test_compare_cli import system_rows
+
+    a, b = tmp_path / "better.jsonl", tmp_path / "worse.jsonl"
+    write_rows(system_rows(0.2), a)
+    write_rows(system_rows(0.0), b)
+    page = tmp_path / "compare.html"
+    result = CliRunner().invoke(main, ["compare", str(a), str(b), "-o", str(page), "--resamples", "500"])
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert "<script" not in text and "https://" not in text
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1200,1400"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    fields = 5  # score, alignment, coverage and their soft forms
+    assert dom.count('class="dot strong"') + dom.count('class="dot"') == fields + 20  # forest dots + documents
+    assert 'id="pairs"' in dom and 'id="drill"' in dom and "better better" in dom
+    shot = tmp_path / "compare.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    image = Image.open(shot).convert("RGB")
+    pixels, (width, height) = image.load(), image.size
+    blue = sum(1 for y in range(0, height, 2) for x in range(0, width, 2)
+               if all(abs(pixels[x, y][k] - BLUE[k]) < 40 for k in range(3)))
+    red = sum(1 for y in range(0, height, 2) for x in range(0, width, 2)
+              if pixels[x, y][0] > 140 and pixels[x, y][1] < 60 and pixels[x, y][2] < 80)
+    assert blue > 20 and red > 20  # the scatter dots; the significant differences' dots
