@@ -7,20 +7,23 @@ One step of the loop:
    claim of every summary of it, or a summary against every coverage item), form one unit whose prefix is
    prefilled once and whose KV cache is forked into one row per request. Units are sorted longest first, so an
    out-of-memory error comes early.
-2. Compute every row's grammar mask on the CPU, as one bitmask for the batch, moved to the device once.
-   A row whose grammar is complete is finished here, without a forward pass (logit verdicts: a verdict-only row
-   costs exactly one forward pass, the one that reads the verdict).
-3. One forward pass over each row's pending tokens: the last sampled token plus any forced tokens the grammar
+2. One forward pass over each row's pending tokens: the last sampled token plus any forced tokens the grammar
    fixes (the JSON skeleton), all inserted in this one pass instead of decoded one per step. Rows feed different
-   numbers of tokens; shorter rows are padded with masked holes, and explicit position ids keep RoPE exact.
+   numbers of tokens; shorter rows get masked holes after their tokens (never before: no query may attend to
+   nothing), and explicit position ids keep RoPE exact. Keys and values are written in place (kv_slots.py).
+3. While the device runs that pass, every row's grammar mask is filled on the CPU (in parallel threads) into one
+   pinned bitmask, moved to the device once, unpacked and applied there.
 4. Greedy pick under the mask. Where the allowed tokens form a closed choice (true/false, "1"/"0"), P(yes) is
-   read from the same distribution and kept as a soft score.
-5. Rows that hit their token cap fail with their raw text kept; nothing is ever guessed.
+   read from the same distribution and kept as a soft score; picks and P(yes) come back in one transfer. Only
+   then does the step change anything (slots, rows), so an error anywhere in it leaves the batch as it was.
+5. A row whose grammar is complete ends as its last token goes in, without another pass (a verdict-only row costs
+   exactly the pass that reads its verdict). Rows that hit their token cap fail with their raw text kept; NaN
+   logits fail the row; nothing is ever guessed.
 Likelihood requests (StageRequest.continuation) generate nothing, so they skip the loop (_score_likelihoods): the
 prefix a group of them shares is prefilled once, its cache is expanded to the group's rows, every row's remainder
 (the end of its prompt and its continuation) runs in one right-padded pass, and the log-probability of each
-continuation token is read at the position before it. Right padding needs no mask: the pads come after every real
-token, and attention is causal.
+continuation token is read at the position before it. Right padding needs no holes: the pads come after every
+real token, and attention is causal.
 
 Features can be turned off one by one (shared_prefix, forced_tokens, logit_verdicts) for the benchmark ladder
 and for tests that check each against the plain path.
@@ -463,9 +466,6 @@ class TransformersEngine:
         """The live rows' grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned
         on a GPU host), and which rows' grammars allow nothing but the end token (a numpy check over the words,
         not over the vocabulary)."""
-        import numpy as np
-        import torch
-
         if self._bitmask is None or self._bitmask.shape[0] < len(rows):
             self._allocate_bitmask(len(rows))
         bitmask = self._bitmask[:len(rows)]
@@ -491,7 +491,6 @@ class TransformersEngine:
         """One decoding step. Transactional: until the picks are read, nothing is changed (not the slots, not a
         row), so an out-of-memory error raised anywhere in it leaves the batch as it was.
         One synchronisation with the device per step: the picks and P(yes) come back together."""
-        import torch
 
         active = batch.rows
         # Finished rows may still hold a slot (see the end of the step): they feed nothing and read nothing. A row
