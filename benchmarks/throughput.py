@@ -385,9 +385,9 @@ def main() -> None:
                          "nan_values": nan_count(results),
                          "nan_rows": engine.stats.nan_rows if hasattr(engine, "stats") else 0,
                          "sync_warnings": syncs})
-            print(f"{workload} rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s, "
-                  f"{prefill / len(batch):.0f} prefill tokens a sample", file=sys.stderr, flush=True)
             markdown, report = write_report(args, cfg, judge, peaks, inputs, rows, outputs, list(ladder))
+            print(f"{workload} rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s, "
+                  f"{prefill / len(batch):.0f} prefill tokens a sample (written)", file=sys.stderr, flush=True)
     print(markdown)
     print(json.dumps(report))
 
