@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .errors import UsageError
-from .samples import BadRow, Sample, source_hash
+from .samples import BadRow, Sample, input_error, source_hash
 
 DEFAULT_CHUNK_SIZE = 32
 DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, few enough to keep the host queue short
@@ -33,9 +33,7 @@ DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, 
 
 def bad_row(item: BadRow, metric: str = "") -> dict:
     """The OUTPUT row of an input row that cannot be scored: its input error and where it came from."""
-    err = item.error
-    return {"id": item.given_id, "metric": metric, "score": None, "stages": {},
-            "error": {"stage": "input", "cause": f"input:{err.cause}", "field": err.field, "message": str(err)},
+    return {"id": item.given_id, "metric": metric, "score": None, "stages": {}, "error": input_error(item.error),
             "line": item.line, "row_key": item.key, "input_hash": item.input_hash}
 
 

@@ -163,7 +163,7 @@ def score_frame(df, *, source: str = "source", summary: str = "summary", id: str
 
     source/summary/id name df's columns. scorer: a SummarizationScorer or SummaryScore (else one is made for
     `metric` with **options). A row that cannot be scored gets score None and its error, as in a bulk run."""
-    from .samples import Sample, check_text
+    from .samples import checked_sample, input_error
     from .scorers import SummarizationScorer, SummaryScore
 
     for column in (source, summary) + ((id,) if id else ()):
@@ -175,10 +175,10 @@ def score_frame(df, *, source: str = "source", summary: str = "summary", id: str
     for n, (index, row) in enumerate(df.iterrows()):
         row_id = str(row[id]) if id else str(index)
         try:
-            samples.append(Sample(id=row_id, source=check_text(row[source], source, line=n + 1, row_id=row_id),
-                                  summary=check_text(row[summary], summary, line=n + 1, row_id=row_id)))
+            samples.append(checked_sample(row_id, row[source], row[summary], source_field=source,
+                                          summary_field=summary, line=n + 1))
         except InputError as exc:
-            errors[n] = {"stage": "input", "cause": f"input:{exc.cause}", "field": exc.field, "message": str(exc)}
+            errors[n] = input_error(exc)
     results = iter(scorer.score_many(samples, on_error="return"))
     records = []
     for n in range(len(df)):

@@ -22,8 +22,8 @@ from dataclasses import asdict
 from typing import Any
 
 from .bulk import ChunkScorer, chunk_rows, score_samples
-from .errors import UsageError
-from .samples import Sample
+from .errors import InputError, UsageError
+from .samples import Sample, checked_sample, input_error
 
 
 def require_ray():
@@ -124,9 +124,16 @@ def score_dataset(dataset: Any, scorer_config: dict, *, num_judges: int = 1, gpu
         def __call__(self, batch: dict) -> dict:
             n = len(batch[source])
             ids = [str(batch[id][i]) if id in batch else str(i) for i in range(n)]
-            samples = [Sample(id=ids[i], source=str(batch[source][i]), summary=str(batch[summary][i]))
-                       for i in range(n)]
-            rows = score_samples(self.scorer, samples)
+            samples, failed = [], {}
+            for i in range(n):  # checked as a local run checks them: a bad row fails alone, never reaches the judge
+                try:
+                    samples.append(checked_sample(ids[i], batch[source][i], batch[summary][i], source_field=source,
+                                                  summary_field=summary))
+                except InputError as exc:
+                    failed[i] = {"id": ids[i], "metric": self.scorer.metric, "score": None, "stages": {},
+                                 "error": input_error(exc)}
+            scored = iter(score_samples(self.scorer, samples))
+            rows = [failed[i] if i in failed else next(scored) for i in range(n)]
             columns = sorted({key for r in rows for key in r})
             return {c: [json.dumps(r.get(c), ensure_ascii=False) if isinstance(r.get(c), (dict, list))
                         else r.get(c) for r in rows] for c in columns}

@@ -50,6 +50,19 @@ class BadRow:
     given_id: Any = None  # as for Sample: what OUTPUT's row shows as its id
 
 
+def checked_sample(row_id: str, source: Any, summary: Any, *, source_field: str = "source",
+                   summary_field: str = "summary", line: int | None = None) -> Sample:
+    """A Sample from a table's row (a DataFrame's, a Ray dataset's), its texts checked as every reader checks them:
+    an InputError naming the row and field when one is missing, empty or not text."""
+    return Sample(id=row_id, source=check_text(source, source_field, line=line, row_id=row_id),
+                  summary=check_text(summary, summary_field, line=line, row_id=row_id))
+
+
+def input_error(exc: InputError) -> dict:
+    """The `error` of an OUTPUT row whose input could not be scored."""
+    return {"stage": "input", "cause": f"input:{exc.cause}", "field": exc.field, "message": str(exc)}
+
+
 def source_hash(source: str) -> str:
     """What OUTPUT rows are paired by in `sumscore compare` when no document field is named: the source's hash."""
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]

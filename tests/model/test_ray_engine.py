@@ -111,3 +111,31 @@ def test_a_killed_actor_is_retried_and_every_row_arrives_once(tmp_path, one_proc
     assert [r["id"] for r in got] == [r["id"] for r in ROWS] and len(report.rows) == len(ROWS)
     same_rows(got, expected)
     assert len(list(pids.iterdir())) >= 3  # a replacement actor started
+
+
+def test_score_dataset_rejects_bad_rows_exactly_as_the_local_run_does():
+    import pandas as pd
+
+    from offline_sumscore.formats import score_frame
+    from offline_sumscore.ray_runner import score_dataset
+
+    source = "The council of Lindford voted on Tuesday to build a new library on Mill Street."
+    items = [{"id": "good", "source": source, "summary": "Lindford will build a library."},
+             {"id": "empty", "source": source, "summary": "   "},
+             {"id": "none", "source": None, "summary": "A summary of nothing."}]
+    config = {"metric": "two-axis", "options": {"key_sentences": 1}}
+    local = score_frame(pd.DataFrame(items), id="id", key_sentences=1)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+    try:
+        got = {r["id"]: r for r in score_dataset(ray.data.from_items(items), config, batch_size=3).take_all()}
+    finally:
+        ray.shutdown()
+    for k, item in enumerate(items):
+        error = got[item["id"]]["error"]
+        error = json.loads(error) if isinstance(error, str) else error
+        expected = local["error"][k]
+        assert (error is None) == (expected is None or expected != expected), (item["id"], error, expected)
+        if item["id"] != "good":
+            assert error["cause"] == expected["cause"] and error["field"] == expected["field"]
+            assert got[item["id"]]["score"] is None
+    assert got["good"]["score"] is not None
