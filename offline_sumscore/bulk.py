@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from .durable import replace_file
 from .errors import UsageError
 from .samples import BadRow, Sample, input_error, source_hash
 
@@ -212,14 +213,4 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
 
 
 def _rewrite(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".rewrite")
-    with open(tmp, "wb") as fh:
-        fh.write(b"".join(dumps(r) for r in rows))
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power cut
-    finally:
-        os.close(dir_fd)
+    replace_file(path, lambda tmp: tmp.write_bytes(b"".join(dumps(r) for r in rows)), suffix=".rewrite")

@@ -23,12 +23,12 @@ from typing import Any
 import click
 
 from .bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, run_bulk
+from .durable import replace_text
 from .errors import SumscoreError, UsageError
 from .samples import BadRow, read_rows, read_samples
-from .scorers import SummarizationScorer, SummaryScore
+from .scorers import METRICS, SummarizationScorer, SummaryScore
 from .scorers.base import ScorerBase
 
-METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}
 EXIT_ROWS_FAILED = 1
 EXIT_NO_ROWS = 3
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + the signal's number, as shells report them
@@ -376,7 +376,7 @@ def report(results, output_path, title, worst):
         page = render(rows, title=title or f"offline_sumscore: {Path(results).name}", worst=worst)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
-    _write_atomically(output_path, page)
+    replace_text(output_path, page)
     click.echo(f"{output_path}: {len(rows)} rows, {len(page) // 1024} KiB")
 
 
@@ -408,12 +408,12 @@ def compare(results, output_path, json_path, by, names, allow_mixed, resamples, 
         raise InputProblem(str(exc)) from None
     click.echo(table(report))
     if json_path:
-        _write_atomically(json_path, to_json(report) + "\n")
+        replace_text(json_path, to_json(report) + "\n")
         click.echo(f"{json_path}: the comparison as JSON")
     if output_path:
         page = render_comparison(report, {s.name: s.rows for s in systems},
                                  title="offline_sumscore: " + " vs ".join(s.name for s in systems))
-        _write_atomically(output_path, page)
+        replace_text(output_path, page)
         click.echo(f"{output_path}: {len(page) // 1024} KiB")
 
 
@@ -435,13 +435,6 @@ def compare_files(paths, *, names=None, by=None, allow_mixed=False, resamples=10
         raise InputProblem("two RESULTS have the same name (" + ", ".join(s.name for s in systems)
                            + "): tell them apart with --name")
     return compare_systems(systems, allow_mixed=allow_mixed, resamples=resamples, seed=seed), systems
-
-
-def _write_atomically(path, text: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(path).with_name(Path(path).name + ".writing")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 @main.command()

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from .durable import replace_bytes, replace_file, replace_text
 from .errors import InputError, UsageError
 
 AUDIT_FIELDS = ("stages", "judge", "settings", "error")
@@ -88,10 +89,9 @@ def write_rows(rows: list[dict], path: str | os.PathLike) -> None:
     """Write rows atomically in the format the path's extension names."""
     path = Path(path)
     kind = output_kind(path)
-    tmp = path.with_name(path.name + ".writing")
     if kind == ".jsonl":
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8", "surrogatepass")
-        tmp.write_bytes(data)
+        replace_bytes(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+                      .encode("utf-8", "surrogatepass"))
     elif kind == ".csv":
         flat = [flat_row(r, lists_as_json=True) for r in rows]
         columns = list(dict.fromkeys(k for r in flat for k in r))
@@ -99,16 +99,13 @@ def write_rows(rows: list[dict], path: str | os.PathLike) -> None:
         writer = csv.DictWriter(buf, fieldnames=columns)
         writer.writeheader()
         writer.writerows(flat)
-        tmp.write_text(buf.getvalue(), encoding="utf-8")
+        replace_text(path, buf.getvalue())
     else:
         pa, pq = _need("pyarrow"), _need("pyarrow.parquet")
         flat = [flat_row(r, lists_as_json=False) for r in rows]
         columns = list(dict.fromkeys(k for r in flat for k in r))
         table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in flat])
-        pq.write_table(table, tmp)
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+        replace_file(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_results(path: str | os.PathLike) -> list[dict]:
@@ -164,13 +161,13 @@ def score_frame(df, *, source: str = "source", summary: str = "summary", id: str
     source/summary/id name df's columns. scorer: a SummarizationScorer or SummaryScore (else one is made for
     `metric` with **options). A row that cannot be scored gets score None and its error, as in a bulk run."""
     from .samples import checked_sample, input_error
-    from .scorers import SummarizationScorer, SummaryScore
+    from .scorers import METRICS
 
     for column in (source, summary) + ((id,) if id else ()):
         if column not in df.columns:
             raise UsageError(f"the DataFrame has no column {column!r}; it has {', '.join(map(str, df.columns))}")
     if scorer is None:
-        scorer = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}[metric](**options)
+        scorer = METRICS[metric](**options)
     samples, errors = [], {}
     for n, (index, row) in enumerate(df.iterrows()):
         row_id = str(row[id]) if id else str(index)

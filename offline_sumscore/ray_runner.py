@@ -38,9 +38,9 @@ def require_ray():
 
 
 def build_scorer(config: dict):
-    from .scorers import SummarizationScorer, SummaryScore
+    from .scorers import METRICS
 
-    cls = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}[config["metric"]]
+    cls = METRICS[config["metric"]]
     share = config.get("device_share")  # a fraction of a GPU per actor: its engine fills only that much of it
     return cls(config.get("model"), cache=config.get("cache"), **config.get("options", {}),
                **({"device_share": share} if share else {}))

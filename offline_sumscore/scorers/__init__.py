@@ -2,4 +2,6 @@
 from .summary_score import SummaryScore
 from .two_axis import SummarizationScorer
 
-__all__ = ["SummarizationScorer", "SummaryScore"]
+METRICS = {"two-axis": SummarizationScorer, "summary-score": SummaryScore}  # the metric names rows and flags use
+
+__all__ = ["METRICS", "SummarizationScorer", "SummaryScore"]
