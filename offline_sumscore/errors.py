@@ -40,7 +40,8 @@ class JudgeOutputError(SumscoreError):
     """A judge stage produced no valid result. raw_output keeps what the model did produce."""
 
     def __init__(self, message: str, *, stage: str, raw_output: str = "", sample_id: str | None = None,
-                 kind: str = "error"):
+                 kind: str = "error", stages: dict | None = None):
         self.stage, self.raw_output, self.sample_id, self.kind = stage, raw_output, sample_id, kind
+        self.stages = dict(stages or {})  # every stage run so far, the failed one included: the row's audit
         who = f' for id "{sample_id}"' if sample_id is not None else ""
         super().__init__(f'stage "{stage}"{who}: {message}')

@@ -104,11 +104,9 @@ def require(result: StageResult, stages: dict[str, dict], key: str | None = None
     key (default: the stage name; per-question stages use "coverage.0", "coverage.1", ...)."""
     stages[key or result.request.stage] = result.audit()
     if not result.ok:
-        exc = JudgeOutputError(result.error or "no output", stage=result.request.stage,
+        raise JudgeOutputError(result.error or "no output", stage=result.request.stage,
                                raw_output=result.raw_output, sample_id=result.request.sample_id,
-                               kind=result.error_kind or "error")
-        exc.stages = dict(stages)  # every stage run so far, the failed one included, for the row's audit
-        raise exc
+                               kind=result.error_kind or "error", stages=stages)
     return result.value
 
 
@@ -201,7 +199,7 @@ class ScorerBase:
         def finish(i: int, outcome: Any) -> None:
             if isinstance(outcome, JudgeOutputError):
                 exc = outcome
-                outcome = FailedRow(id=samples[i].id, metric=self.metric, stages=getattr(exc, "stages", {}),
+                outcome = FailedRow(id=samples[i].id, metric=self.metric, stages=exc.stages,
                                     error={"stage": exc.stage, "cause": f"{exc.stage}:{exc.kind}",
                                            "message": str(exc), "raw_output": exc.raw_output}, exception=exc)
             else:
