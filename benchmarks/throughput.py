@@ -393,16 +393,19 @@ def main() -> None:
 
 
 def nan_count(results) -> int:
-    """NaN anywhere a verdict's number lands (P(yes), soft scores, likelihoods): a poisoned attention row shows up
-    here even where the JSON stays valid."""
+    """NaN anywhere a verdict's number lands (each stage's P(yes), each claim's and coverage item's P(yes) and
+    PMI, the scores): a poisoned attention row shows up here even where the JSON stays valid."""
+    def nan(v) -> bool:
+        return isinstance(v, float) and v != v
+
     count = 0
     for r in results:
-        for stage in getattr(r, "stages", None) or []:
-            values = list(stage.get("choice_probs") or []) if isinstance(stage, dict) else []
-            count += sum(1 for v in values if v != v)
-        for name in ("score", "alignment", "coverage", "soft_alignment", "soft_coverage"):
-            v = getattr(r, name, None)
-            count += isinstance(v, float) and v != v
+        for audit in (getattr(r, "stages", None) or {}).values():
+            count += sum(map(nan, audit.get("p_yes") or []))
+        for item in (getattr(r, "claims", None) or []) + (getattr(r, "coverage_verdicts", None) or []):
+            count += sum(nan(item.get(k)) for k in ("p_supported", "p_answered", "pmi"))
+        count += sum(nan(getattr(r, name, None))
+                     for name in ("score", "alignment", "coverage", "soft_alignment", "soft_coverage"))
     return count
 
 
