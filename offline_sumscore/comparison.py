@@ -255,6 +255,17 @@ def drill_down(a: System, b: System, docs: list[str], n: int) -> list[dict]:
              "a": _missed(a.rows[d]), "b": _missed(b.rows[d])} for d in ranked]
 
 
+def verdict_label(pair: dict, stats: dict) -> str:
+    """A pair's verdict on one field in words: "<A> better", "<B> better" or "no difference"."""
+    return {"A": f"{pair['a']} better", "B": f"{pair['b']} better"}.get(stats["verdict"], "no difference")
+
+
+def left_out(system: dict) -> str:
+    """Why a system's rows were left out, by cause (a report's "systems" entry)."""
+    return (f"{system['failed']} failed, {system['unkeyed']} with no document key, {system['duplicates']} "
+            f"duplicate, {system['not_in_every_system']} on documents another system did not score")
+
+
 def table(report: dict) -> str:
     """The terminal table: per pair and field, the difference, its interval, p (Holm), W/T/L and the verdict."""
     lines = [f"{report['documents']} documents scored by every system ({report['metric']}); "
@@ -263,9 +274,7 @@ def table(report: dict) -> str:
     for s in report["systems"]:
         dropped = s["failed"] + s["unkeyed"] + s["duplicates"] + s["not_in_every_system"]
         if dropped:
-            lines.append(f"  {s['name']}: {dropped} row(s) left out: {s['failed']} failed, {s['unkeyed']} with no "
-                         f"document key, {s['duplicates']} duplicate, {s['not_in_every_system']} on documents "
-                         f"another system did not score")
+            lines.append(f"  {s['name']}: {dropped} row(s) left out: {left_out(s)}")
     if report["settings_differ"]:
         lines.append("  --allow-mixed: settings differ on " + ", ".join(report["settings_differ"]))
     header = f"{'A':<16} {'B':<16} {'field':<15} {'mean A':>7} {'mean B':>7} {'A - B':>7} {'95% CI':>17} " \
@@ -273,7 +282,7 @@ def table(report: dict) -> str:
     lines += ["", header, "-" * len(header)]
     for pair in report["pairs"]:
         for f, s in pair["fields"].items():
-            better = {"A": f"{pair['a']} better", "B": f"{pair['b']} better"}.get(s["verdict"], "no difference")
+            better = verdict_label(pair, s)
             lines.append(f"{pair['a'][:16]:<16} {pair['b'][:16]:<16} {f:<15} {s['mean_a']:>7.3f} {s['mean_b']:>7.3f} "
                          f"{s['mean_diff']:>+7.3f} [{s['ci_low']:>+7.3f},{s['ci_high']:>+7.3f}] {s['p']:>7.4f} "
                          f"{s['p_holm']:>7.4f} {s['wins']:>3}/{s['ties']}/{s['losses']:<3}  {better}")

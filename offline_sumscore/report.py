@@ -12,6 +12,8 @@ import json
 from collections import Counter
 from typing import Iterable
 
+from .comparison import left_out, verdict_label
+
 W, H, PAD = 420, 260, 40  # plot size and margin, in SVG user units
 
 
@@ -223,17 +225,15 @@ def render_comparison(report: dict, systems_rows: dict[str, dict[str, dict]], *,
     rows_html = []
     for p in pairs:
         for f, s in p["fields"].items():
-            better = {"A": f"{p['a']} better", "B": f"{p['b']} better"}.get(s["verdict"], "no difference")
+            better = verdict_label(p, s)
             rows_html.append(
                 f"<tr><td>{html.escape(p['a'])}</td><td>{html.escape(p['b'])}</td><td>{f}</td>"
                 f"<td class=num>{s['mean_a']:.3f}</td><td class=num>{s['mean_b']:.3f}</td>"
                 f"<td class=num>{s['mean_diff']:+.3f}</td><td class=num>[{s['ci_low']:+.3f}, {s['ci_high']:+.3f}]</td>"
                 f"<td class=num>{s['p']:.4f}</td><td class=num>{s['p_holm']:.4f}</td>"
                 f"<td class=num>{s['wins']}/{s['ties']}/{s['losses']}</td><td>{html.escape(better)}</td></tr>")
-    left_out = "".join(
-        f"<li>{html.escape(s['name'])}: {s['scored']} scored; left out: {s['failed']} failed, {s['unkeyed']} without "
-        f"a document key, {s['duplicates']} duplicate, {s['not_in_every_system']} on documents another system did "
-        f"not score</li>" for s in report["systems"])
+    dropped = "".join(f"<li>{html.escape(s['name'])}: {s['scored']} scored; left out: {html.escape(left_out(s))}</li>"
+                      for s in report["systems"])
     ranking = ""
     if len(report["systems"]) > 2 and "score" in fields:
         ranking = "<h2>Ranking by mean score</h2><ol>" + "".join(
@@ -260,7 +260,7 @@ def render_comparison(report: dict, systems_rows: dict[str, dict[str, dict]], *,
             f"<p>{report['documents']} documents scored by every system ({html.escape(report['metric'])}). Paired "
             f"bootstrap 95% intervals resampling documents ({report['resamples']} resamples, seed {report['seed']}); "
             f"sign-flip permutation p-values, Holm-adjusted over the {len(pairs)} pair(s) per field; a verdict "
-            f"where the adjusted p is below {report['alpha']}.</p>{mixed}<ul>{left_out}</ul>"
+            f"where the adjusted p is below {report['alpha']}.</p>{mixed}<ul>{dropped}</ul>"
             f"<h2>Differences</h2><table id=pairs><tr><th>A</th><th>B</th><th>field</th><th>mean A</th>"
             f"<th>mean B</th><th>A - B</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>W/T/L</th>"
             f"<th>verdict</th></tr>{''.join(rows_html)}</table>"
