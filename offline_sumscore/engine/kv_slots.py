@@ -27,6 +27,14 @@ _ROW_STEP = 8  # rows are allocated in multiples of this
 _COL_STEP = 64  # columns likewise
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on the device without a synchronisation: copied from pinned memory, asynchronously (a copy
+    from pageable memory waits for the device)."""
+    if device.type == "cpu":
+        return tensor
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 class _SlotLayer(DynamicLayer):
     """One decoder layer's view of the shared buffers."""
 
@@ -188,10 +196,7 @@ class KVSlots(Cache):
         n = len(index)
         self.reserve(n)
         if self.width and n:
-            at = torch.tensor(index, dtype=torch.long)
-            if self.device.type == "cuda":  # from pinned memory: a copy from pageable memory waits for the device
-                at = at.pin_memory()
-            at = at.to(self.device, non_blocking=True)
+            at = to_device(torch.tensor(index, dtype=torch.long), self.device)
             for buf in self.key_buffers + self.value_buffers:
                 buf[:n, :, self.start:self.end] = buf[:, :, self.start:self.end].index_select(0, at)
             self.mask_buffer[:n, self.start:self.end] = self.mask_buffer[:, self.start:self.end].index_select(0, at)

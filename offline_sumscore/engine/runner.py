@@ -42,7 +42,7 @@ from ..schemas import Likelihood, max_json_chars, parse_output
 from ..stages import StageRequest, StageResult
 from . import Feed, ListFeed
 from .grammar import BACKEND, GrammarCache
-from .kv_slots import KVSlots, register_attention
+from .kv_slots import KVSlots, register_attention, to_device
 from .retry import engine_raised
 from .scheduler import MIN_SHARED_PREFIX, Batch, PrefixStore, Row, Scheduler, Unit, common_prefix, split_by_prefix
 
@@ -378,10 +378,7 @@ class TransformersEngine:
         return hidden
 
     def _to_device(self, tensor):
-        """A host tensor on the device without a synchronisation: copied from pinned memory, asynchronously."""
-        if self.device.type == "cpu":
-            return tensor
-        return tensor.pin_memory().to(self.device, non_blocking=True)
+        return to_device(tensor, self.device)
 
     def _stored_cache(self, prefixes: list[list[int]]) -> tuple[KVSlots, list[int]]:
         """Slots holding, for each prefix, the keys and values of its longest stored part, right-aligned to a common
