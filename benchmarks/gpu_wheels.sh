@@ -50,9 +50,7 @@ PY
 
 # What the ladder reads there besides the wheels: the tokenizer (no weights) and the SummEval rows.
 mkdir -p .gpu/tokenizer
-models=$(python3 -c "import sys; sys.path.insert(0, '.'); from offline_sumscore.judge import models_root; print(models_root())" \
-         2>/dev/null || echo models/converted)
-cp "$models"/SmolLM2-135M-Instruct/{tokenizer.json,tokenizer_config.json,chat_template.jinja,config.json,generation_config.json} \
-   .gpu/tokenizer/ 2>/dev/null || cp models/converted/SmolLM2-135M-Instruct/{tokenizer.json,tokenizer_config.json,chat_template.jinja} .gpu/tokenizer/
+judge=${OFFLINE_SUMSCORE_MODELS:-models/converted}/SmolLM2-135M-Instruct  # where `make setup` converted it
+cp "$judge"/{tokenizer.json,tokenizer_config.json,chat_template.jinja,config.json,generation_config.json} .gpu/tokenizer/
 cp "${DATA:-../shared/data/agreement/summeval_dev.jsonl}" .gpu/data.jsonl
 echo "carry .gpu: $(du -sm .gpu --exclude=image-venv | cut -f1) MiB ($(ls .gpu | tr '\n' ' '))"
