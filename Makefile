@@ -8,7 +8,7 @@ MODEL  := models/converted/SmolLM2-135M-Instruct/CONVERTED_FROM
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast bench-cpu clean
+.PHONY: setup demo test test-fast lint bench-cpu clean
 
 setup: $(MODEL)
 
@@ -28,8 +28,13 @@ $(MODEL): $(STAMP)
 demo: setup
 	$(BIN)/sumscore demo
 
-test: setup
+# The formatter and the linter first: a test run on code they refuse is not a pass.
+test: setup lint
 	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "not model and not browser"

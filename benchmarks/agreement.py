@@ -1,6 +1,6 @@
 """Agreement benchmark: how closely the local judge tracks human raters and recorded hosted judges.
 
-    python benchmarks/agreement.py --data ../shared/data/agreement/frank_finesure_gpt4o.jsonl          # all 66 documents
+    python benchmarks/agreement.py --data ../shared/data/agreement/frank_finesure_gpt4o.jsonl    # all 66 documents
     python benchmarks/agreement.py --data ../shared/data/agreement/summeval_dev.jsonl --documents 10 --metric both
     python benchmarks/agreement.py --data ../shared/data/agreement/realsumm_keyfacts.jsonl             # all 105 items
     python benchmarks/agreement.py --data FILE --model /models/Qwen2.5-7B-Instruct --metric both   # all items
@@ -20,10 +20,11 @@ lists named below), `judges` (judge -> name -> number), and optionally `doc_id` 
 Balanced accuracy and ROC AUC carry 95% bootstrap intervals that resample whole documents, as the correlations do.
 The hosted judges' own agreement with humans on the same items is computed from the file and shown beside ours.
 
-Scoring goes through the same bulk runner as `sumscore score` (offline_sumscore.bulk.run_bulk): the rows land in
+Scoring goes through the same bulk run as `sumscore score` (offline_sumscore.runs.bulk.run_bulk): the rows land in
 benchmarks/results/runs/<name>/scores.jsonl, resumable, with the stage cache; a rerun only recomputes statistics.
 Writes benchmarks/results/agreement_<data>_<metric>_<judge>.{md,json} and PNG plots beside them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,17 +37,25 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from offline_sumscore.agreement import (balanced_accuracy, binary_agreement, correlate, roc_auc,  # noqa: E402
-                                        with_interval)
-from offline_sumscore.errors import InputError  # noqa: E402
+from offline_sumscore.analysis.agreement import balanced_accuracy, binary_agreement, correlate, roc_auc, with_interval
+from offline_sumscore.core.errors import InputError  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-OURS = {"two-axis": ["score", "alignment", "coverage", "soft_alignment", "soft_coverage"],
-        "summary-score": ["score", "qa", "conciseness", "soft_qa"]}
+OURS = {
+    "two-axis": ["score", "alignment", "coverage", "soft_alignment", "soft_coverage"],
+    "summary-score": ["score", "qa", "conciseness", "soft_qa"],
+}
 # Which human dimension each of our measures is meant to track (scores files); the rest of the matrix is in JSON.
-PRIMARY = {"alignment": "consistency", "soft_alignment": "consistency", "coverage": "relevance",
-           "soft_coverage": "relevance", "score": "mean", "qa": "relevance", "soft_qa": "relevance",
-           "conciseness": "relevance"}
+PRIMARY = {
+    "alignment": "consistency",
+    "soft_alignment": "consistency",
+    "coverage": "relevance",
+    "soft_coverage": "relevance",
+    "score": "mean",
+    "qa": "relevance",
+    "soft_qa": "relevance",
+    "conciseness": "relevance",
+}
 
 
 # -- data ----------------------------------------------------------------------------------------------------------
@@ -60,18 +69,24 @@ def read_items(path: Path) -> list[dict]:
             try:
                 item = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise InputError(f"is not valid JSON ({exc.msg} at column {exc.colno})", line=line_no,
-                                 path=str(path)) from None
+                raise InputError(
+                    f"is not valid JSON ({exc.msg} at column {exc.colno})", line=line_no, path=str(path)
+                ) from None
             if not isinstance(item, dict):
                 raise InputError("must be a JSON object", line=line_no, path=str(path))
             for field, kind in (("id", str), ("source", str), ("summary", str), ("human", dict)):
                 if not isinstance(item.get(field), kind):
-                    raise InputError(f"must be a {'string' if kind is str else 'JSON object'}; got "
-                                     f"{type(item.get(field)).__name__}", field=field, line=line_no,
-                                     row_id=str(item.get("id")), path=str(path))
+                    raise InputError(
+                        f"must be a {'string' if kind is str else 'JSON object'}; got {type(item.get(field)).__name__}",
+                        field=field,
+                        line=line_no,
+                        row_id=str(item.get("id")),
+                        path=str(path),
+                    )
             if not isinstance(item.get("judges", {}), dict):
-                raise InputError("must be a JSON object", field="judges", line=line_no, row_id=item["id"],
-                                 path=str(path))
+                raise InputError(
+                    "must be a JSON object", field="judges", line=line_no, row_id=item["id"], path=str(path)
+                )
             item.setdefault("judges", {})
             parts = item["id"].split(":")
             item.setdefault("doc_id", parts[1] if len(parts) == 3 else item["id"])
@@ -110,13 +125,15 @@ def pick_documents(items: list[dict], kind: str, documents: int | None, limit: i
         by_doc.setdefault(item["doc_id"], []).append(item)
     docs = sorted(by_doc)
     if documents and documents < len(docs):
+
         def mean(d):
             vals = [v for v in (primary_human(i, kind) for i in by_doc[d]) if v is not None]
             return sum(vals) / len(vals) if vals else 0.0
+
         ranked = sorted(docs, key=lambda d: (mean(d), d))
         rng = random.Random(seed)
         bounds = [round(k * len(ranked) / documents) for k in range(documents + 1)]
-        docs = sorted(rng.choice(ranked[bounds[k]:bounds[k + 1]]) for k in range(documents))
+        docs = sorted(rng.choice(ranked[bounds[k] : bounds[k + 1]]) for k in range(documents))
     chosen = []
     for d in docs:
         if limit and chosen and len(chosen) + len(by_doc[d]) > limit:
@@ -125,9 +142,9 @@ def pick_documents(items: list[dict], kind: str, documents: int | None, limit: i
     return chosen
 
 
-# -- scoring: the bulk runner, one row per item (per sentence for FRANK) ----------------------------------------
+# -- scoring: the bulk run, one row per item (per sentence for FRANK) ----------------------------------------
 def scoring_rows(items: list[dict], kind: str):
-    from offline_sumscore.samples import Sample, judged_hash
+    from offline_sumscore.core.samples import Sample, judged_hash
 
     for item in items:
         if kind == "sentences":
@@ -138,24 +155,35 @@ def scoring_rows(items: list[dict], kind: str):
         else:
             units = [(item["id"], item["summary"], None)]
         for row_id, summary, key_facts in units:
-            yield Sample(id=row_id, source=item["source"], summary=summary, key_facts=key_facts, line=item["_line"],
-                         key=f"id:{row_id}", input_hash=judged_hash(item["source"], summary, None, key_facts),
-                         given_id=row_id)
+            yield Sample(
+                id=row_id,
+                source=item["source"],
+                summary=summary,
+                key_facts=key_facts,
+                line=item["_line"],
+                key=f"id:{row_id}",
+                input_hash=judged_hash(item["source"], summary, None, key_facts),
+                given_id=row_id,
+            )
 
 
 def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], dict]:
     from offline_sumscore import SummarizationScorer, SummaryScore, load_judge
-    from offline_sumscore.bulk import run_bulk
-    from offline_sumscore.stage_cache import StageCache, default_cache_path
+    from offline_sumscore.engine.stage_cache import StageCache, default_cache_path
+    from offline_sumscore.runs.bulk import run_bulk
 
     judge = load_judge(args.model, device=args.device)
     cache = None if args.no_cache else StageCache(args.cache or default_cache_path())
     cls = SummarizationScorer if metric == "two-axis" else SummaryScore
-    options = {k: v for k, v in (("max_questions", args.max_questions), ("max_claims", args.max_claims))
-               if v is not None and (k != "max_claims" or metric == "two-axis")}
+    options = {
+        k: v
+        for k, v in (("max_questions", args.max_questions), ("max_claims", args.max_claims))
+        if v is not None and (k != "max_claims" or metric == "two-axis")
+    }
     if metric == "two-axis":
-        options.update({k: v for k, v in (("claims", args.claims), ("coverage", args.coverage),
-                                          ("verdicts", args.verdicts)) if v})
+        options.update(
+            {k: v for k, v in (("claims", args.claims), ("coverage", args.coverage), ("verdicts", args.verdicts)) if v}
+        )
         if args.no_reason:
             options["include_reason"] = False
     if kind == "keyfacts" and metric == "two-axis":
@@ -167,22 +195,36 @@ def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], di
     report = run_bulk(rows, scorer, run_dir / "scores.jsonl", resume=True)
     seconds = time.perf_counter() - started
     stages = [s for r in report.rows for s in r.get("stages", {}).values()]
-    runner = scorer.runner
-    cost = {"seconds": round(seconds, 1), "rows": len(rows), "rows_scored_now": len(rows) - report.resumed,
-            "rows_per_s": round((len(rows) - report.resumed) / seconds, 4) if seconds and report.resumed < len(rows)
-            else None,
-            "tokens_in": sum(s["tokens_in"] for s in stages), "tokens_out": sum(s["tokens_out"] for s in stages),
-            # Without a cache every stage request reached the judge.
-            "stage_requests_computed": getattr(runner, "computed", len(stages)),
-            "stage_requests_cached": getattr(runner, "hits", 0),
-            "failed_rows": sum(1 for r in report.rows if r.get("error")), "judge": judge.describe(),
-            "settings": scorer.settings}
+    stacked = scorer.stacked_engine
+    cost = {
+        "seconds": round(seconds, 1),
+        "rows": len(rows),
+        "rows_scored_now": len(rows) - report.resumed,
+        "rows_per_s": round((len(rows) - report.resumed) / seconds, 4)
+        if seconds and report.resumed < len(rows)
+        else None,
+        "tokens_in": sum(s["tokens_in"] for s in stages),
+        "tokens_out": sum(s["tokens_out"] for s in stages),
+        # Without a cache every stage request reached the judge.
+        "stage_requests_computed": getattr(stacked, "computed", len(stages)),
+        "stage_requests_cached": getattr(stacked, "hits", 0),
+        "failed_rows": sum(1 for r in report.rows if r.get("error")),
+        "judge": judge.describe(),
+        "settings": scorer.settings,
+    }
     # The cost of scoring is the run that scored the rows: kept beside them, so a rerun that only recomputes the
     # statistics still reports it.
     recorded = run_dir / "cost.json"
     if cost["rows_scored_now"] == len(rows) and not report.resumed:
-        recorded.write_text(json.dumps({k: cost[k] for k in ("seconds", "rows", "rows_per_s", "tokens_in",
-                                                              "tokens_out", "stage_requests_computed")}) + "\n")
+        recorded.write_text(
+            json.dumps(
+                {
+                    k: cost[k]
+                    for k in ("seconds", "rows", "rows_per_s", "tokens_in", "tokens_out", "stage_requests_computed")
+                }
+            )
+            + "\n"
+        )
     if recorded.exists():
         cost["scoring_run"] = json.loads(recorded.read_text())
     return {r["id"]: r for r in report.rows}, cost
@@ -199,15 +241,22 @@ def scores_report(items, rows, metric, args) -> dict:
     human_names = sorted({k for i in items for k in numeric_fields(i["human"])})
     humans = {h: [numeric_fields(i["human"]).get(h) for i in items] for h in human_names}
     if human_names:
-        humans["mean"] = [sum(v for v in (humans[h][n] for h in human_names) if v is not None) / len(human_names)
-                          if all(humans[h][n] is not None for h in human_names) else None for n in range(len(items))]
+        humans["mean"] = [
+            sum(v for v in (humans[h][n] for h in human_names) if v is not None) / len(human_names)
+            if all(humans[h][n] is not None for h in human_names)
+            else None
+            for n in range(len(items))
+        ]
     judges = {}
     for i in items:
         for judge, fields in i["judges"].items():
             for name in numeric_fields(fields) if isinstance(fields, dict) else {}:
                 judges.setdefault(f"{judge}:{name}", None)
-    hosted = {j: [numeric_fields(i["judges"].get(j.split(":")[0], {}) or {}).get(j.split(":")[1]) for i in items]
-              for j in judges}
+    hosted = {
+        j: [numeric_fields(i["judges"].get(j.split(":")[0], {}) or {}).get(j.split(":")[1]) for i in items]
+        for j in judges
+    }
+
     def corr(x, y, shown):
         # Intervals for the pairs the table shows; the rest of the matrix (in the JSON) gets point values only.
         return correlate(x, y, docs, resamples=args.resamples if shown else 0, seed=args.seed)
@@ -217,14 +266,18 @@ def scores_report(items, rows, metric, args) -> dict:
         for h, ys in humans.items():
             out["ours_vs_human"][f"{m}~{h}"] = corr(xs, ys, PRIMARY.get(m) == h)
         for j, ys in hosted.items():
-            out["ours_vs_hosted"][f"{m}~{j}"] = corr(xs, ys, j.startswith("gpt-4") and
-                                                     j.endswith(f":{PRIMARY.get(m)}_rts"))
+            out["ours_vs_hosted"][f"{m}~{j}"] = corr(
+                xs, ys, j.startswith("gpt-4") and j.endswith(f":{PRIMARY.get(m)}_rts")
+            )
     for j, xs in hosted.items():
         dim = j.split(":")[1].split("_")[0]
         if dim in humans:
             out["hosted_vs_human"][f"{j}~{dim}"] = corr(xs, humans[dim], j.endswith("_rts"))
-    out["constant"] = {m: sorted({v for v in xs if v is not None})[0] for m, xs in ours.items()
-                       if len({v for v in xs if v is not None}) == 1}
+    out["constant"] = {
+        m: sorted({v for v in xs if v is not None})[0]
+        for m, xs in ours.items()
+        if len({v for v in xs if v is not None}) == 1
+    }
     out["_series"] = {"ours": ours, "humans": humans, "hosted": hosted}
     return out
 
@@ -239,8 +292,9 @@ def compare_binary(human, ours, hosted, docs, args, *, on_hosted_items: bool = T
         return [values[n] for n in both]
 
     mine = binary_agreement(human, ours)
-    mine["balanced_accuracy_ci"] = with_interval(balanced_accuracy, human, ours, docs, resamples=args.resamples,
-                                                 seed=args.seed)["ci"]
+    mine["balanced_accuracy_ci"] = with_interval(
+        balanced_accuracy, human, ours, docs, resamples=args.resamples, seed=args.seed
+    )["ci"]
     out = {"ours_vs_human": mine, "ours_vs_hosted": binary_agreement(pick(hosted), pick(ours))}
     if on_hosted_items:
         out["ours_vs_human_on_hosted_items"] = binary_agreement(pick(human), pick(ours))
@@ -278,23 +332,36 @@ def sentences_report(items, rows, args) -> dict:
         human_faith.append(item["human"].get("faithfulness"))
         ours_faith.append(None if any(m is None for m in mine) or not mine else 1 - sum(mine) / len(mine))
     docs = [i["doc_id"] for i in items]
-    auc = lambda truth, scores, where: with_interval(roc_auc, truth, scores, where, resamples=args.resamples,
-                                                     seed=args.seed)
-    return {"hosted_judge": judge_name,
-            "sentence": compare_binary(human_s, ours_s, judge_s, docs_s, args),
-            "summary": compare_binary(human_sum, ours_sum, judge_sum, docs, args, on_hosted_items=False),
-            "soft": {"sentence: auc_p_supported_vs_human_no_error": auc([not h for h in human_s], p_s, docs_s),
-                     "summary: auc_min_p_supported_vs_human_no_error": auc([not h for h in human_sum], p_sum, docs),
-                     # Per source collection: FRANK mixes abstractive XSum summaries (mostly wrong) with near-
-                     # extractive CNN/DM ones (mostly right), so a judge that rewards copying scores well on the mix.
-                     **{f"sentence, {part} only: auc_p_supported_vs_human_no_error": auc(
-                         [not h for h, q in zip(human_s, parts_s) if q == part],
-                         [p for p, q in zip(p_s, parts_s) if q == part],
-                         [d for d, q in zip(docs_s, parts_s) if q == part])
-                        for part in sorted({q for q in parts_s if q})}},
-            "faithfulness": correlate(ours_faith, human_faith, docs, resamples=0),
-            "_series": {"p_supported": p_s, "human_no_error": [not h for h in human_s],
-                        "ours_faith": ours_faith, "human_faith": human_faith}}
+
+    def auc(truth, scores, where):
+        return with_interval(roc_auc, truth, scores, where, resamples=args.resamples, seed=args.seed)
+
+    return {
+        "hosted_judge": judge_name,
+        "sentence": compare_binary(human_s, ours_s, judge_s, docs_s, args),
+        "summary": compare_binary(human_sum, ours_sum, judge_sum, docs, args, on_hosted_items=False),
+        "soft": {
+            "sentence: auc_p_supported_vs_human_no_error": auc([not h for h in human_s], p_s, docs_s),
+            "summary: auc_min_p_supported_vs_human_no_error": auc([not h for h in human_sum], p_sum, docs),
+            # Per source collection: FRANK mixes abstractive XSum summaries (mostly wrong) with near-
+            # extractive CNN/DM ones (mostly right), so a judge that rewards copying scores well on the mix.
+            **{
+                f"sentence, {part} only: auc_p_supported_vs_human_no_error": auc(
+                    [not h for h, q in zip(human_s, parts_s) if q == part],
+                    [p for p, q in zip(p_s, parts_s) if q == part],
+                    [d for d, q in zip(docs_s, parts_s) if q == part],
+                )
+                for part in sorted({q for q in parts_s if q})
+            },
+        },
+        "faithfulness": correlate(ours_faith, human_faith, docs, resamples=0),
+        "_series": {
+            "p_supported": p_s,
+            "human_no_error": [not h for h in human_s],
+            "ours_faith": ours_faith,
+            "human_faith": human_faith,
+        },
+    }
 
 
 def keyfacts_report(items, rows, args) -> dict:
@@ -315,14 +382,20 @@ def keyfacts_report(items, rows, args) -> dict:
         comp.append(item["human"].get("completeness"))
         gpt_comp.append((item["judges"].get(judge_name) or {}).get("completeness") if judge_name else None)
     docs = [i["doc_id"] for i in items]
-    return {"hosted_judge": judge_name,
-            "keyfact": compare_binary(human_k, ours_k, judge_k, docs_k, args),
-            "soft": {"keyfact: auc_p_answered_vs_human_present": with_interval(
-                roc_auc, human_k, p_k, docs_k, resamples=args.resamples, seed=args.seed)},
-            "completeness": {"ours_vs_human": correlate(cov, comp, docs, resamples=args.resamples, seed=args.seed),
-                             "hosted_vs_human": correlate(gpt_comp, comp, docs, resamples=args.resamples,
-                                                          seed=args.seed)},
-            "_series": {"p_answered": p_k, "human_present": human_k, "coverage": cov, "completeness": comp}}
+    return {
+        "hosted_judge": judge_name,
+        "keyfact": compare_binary(human_k, ours_k, judge_k, docs_k, args),
+        "soft": {
+            "keyfact: auc_p_answered_vs_human_present": with_interval(
+                roc_auc, human_k, p_k, docs_k, resamples=args.resamples, seed=args.seed
+            )
+        },
+        "completeness": {
+            "ours_vs_human": correlate(cov, comp, docs, resamples=args.resamples, seed=args.seed),
+            "hosted_vs_human": correlate(gpt_comp, comp, docs, resamples=args.resamples, seed=args.seed),
+        },
+        "_series": {"p_answered": p_k, "human_present": human_k, "coverage": cov, "completeness": comp},
+    }
 
 
 # -- output -----------------------------------------------------------------------------------------------------
@@ -340,72 +413,107 @@ def fmt_corr(c: dict, level: str, name: str) -> str:
 def _cost_line(cost: dict) -> str:
     run = cost.get("scoring_run")
     if run:
-        return (f"{run['seconds']} s to score {run['rows']} rows from scratch ({run['rows_per_s']} rows/s, "
-                f"{run['stage_requests_computed']} stage requests computed), on {cost['judge']['device']}.")
-    return (f"{cost['seconds']} s in this run, {cost['rows_scored_now']} rows scored now (the rest resumed or "
-            f"cached), on {cost['judge']['device']}.")
+        return (
+            f"{run['seconds']} s to score {run['rows']} rows from scratch ({run['rows_per_s']} rows/s, "
+            f"{run['stage_requests_computed']} stage requests computed), on {cost['judge']['device']}."
+        )
+    return (
+        f"{cost['seconds']} s in this run, {cost['rows_scored_now']} rows scored now (the rest resumed or "
+        f"cached), on {cost['judge']['device']}."
+    )
 
 
 def markdown(report: dict) -> str:
     head = report["header"]
-    lines = [f"# Agreement: {head['data']}, metric {head['metric']}, judge {head['judge']}", "",
-             f"{head['items']} items from {head['documents']} documents ({head['selection']}); scored rows "
-             f"{head['cost']['rows']}, failed {head['cost']['failed_rows']}; {head['cost']['tokens_in']} tokens in, "
-             f"{head['cost']['tokens_out']} tokens out. Cost: " + _cost_line(head["cost"]), ""]
+    lines = [
+        f"# Agreement: {head['data']}, metric {head['metric']}, judge {head['judge']}",
+        "",
+        f"{head['items']} items from {head['documents']} documents ({head['selection']}); scored rows "
+        f"{head['cost']['rows']}, failed {head['cost']['failed_rows']}; {head['cost']['tokens_in']} tokens in, "
+        f"{head['cost']['tokens_out']} tokens out. Cost: " + _cost_line(head["cost"]),
+        "",
+    ]
     kind = head["kind"]
     if kind == "scores":
         r = report["stats"]
-        constant = "; ".join(f"{m} is {v} on every item, so its correlations are undefined (-)"
-                             for m, v in r.get("constant", {}).items())
-        lines += ["Spearman / Kendall tau-b / Pearson with 95% bootstrap intervals over documents. Dataset level: "
-                  "over all items; summary level: within each document, averaged over the documents where it is "
-                  "defined (a document whose scores are all tied has none)." + (f" Note: {constant}." if constant
-                                                                                 else ""), "",
-                  "| ours | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) | Spearman (summary) "
-                  "| Kendall (summary) |", "|---|---|---|---|---|---|---|"]
+        constant = "; ".join(
+            f"{m} is {v} on every item, so its correlations are undefined (-)" for m, v in r.get("constant", {}).items()
+        )
+        lines += [
+            "Spearman / Kendall tau-b / Pearson with 95% bootstrap intervals over documents. Dataset level: "
+            "over all items; summary level: within each document, averaged over the documents where it is "
+            "defined (a document whose scores are all tied has none)." + (f" Note: {constant}." if constant else ""),
+            "",
+            "| ours | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) | Spearman (summary) "
+            "| Kendall (summary) |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for key, c in r["ours_vs_human"].items():
             m, h = key.split("~")
             if PRIMARY.get(m) == h:
-                lines.append(f"| {m} | human {h} | {fmt_corr(c, 'dataset', 'spearman')} | "
-                             f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'dataset', 'pearson')} | "
-                             f"{fmt_corr(c, 'summary', 'spearman')} | {fmt_corr(c, 'summary', 'kendall')} |")
+                lines.append(
+                    f"| {m} | human {h} | {fmt_corr(c, 'dataset', 'spearman')} | "
+                    f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'dataset', 'pearson')} | "
+                    f"{fmt_corr(c, 'summary', 'spearman')} | {fmt_corr(c, 'summary', 'kendall')} |"
+                )
         for key, c in r["ours_vs_hosted"].items():
             m, j = key.split("~")
             if j.endswith(f":{PRIMARY.get(m)}_rts") and j.startswith("gpt-4"):
-                lines.append(f"| {m} | {j} | {fmt_corr(c, 'dataset', 'spearman')} | "
-                             f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'dataset', 'pearson')} | "
-                             f"{fmt_corr(c, 'summary', 'spearman')} | {fmt_corr(c, 'summary', 'kendall')} |")
-        lines += ["", "Hosted judges against the experts on the same items (from the file):", "",
-                  "| hosted judge | against | Spearman (dataset) | Kendall (dataset) | Spearman (summary) |",
-                  "|---|---|---|---|---|"]
+                lines.append(
+                    f"| {m} | {j} | {fmt_corr(c, 'dataset', 'spearman')} | "
+                    f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'dataset', 'pearson')} | "
+                    f"{fmt_corr(c, 'summary', 'spearman')} | {fmt_corr(c, 'summary', 'kendall')} |"
+                )
+        lines += [
+            "",
+            "Hosted judges against the experts on the same items (from the file):",
+            "",
+            "| hosted judge | against | Spearman (dataset) | Kendall (dataset) | Spearman (summary) |",
+            "|---|---|---|---|---|",
+        ]
         for key, c in r["hosted_vs_human"].items():
             j, h = key.split("~")
             if j.endswith("_rts"):
-                lines.append(f"| {j} | human {h} | {fmt_corr(c, 'dataset', 'spearman')} | "
-                             f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'summary', 'spearman')} |")
+                lines.append(
+                    f"| {j} | human {h} | {fmt_corr(c, 'dataset', 'spearman')} | "
+                    f"{fmt_corr(c, 'dataset', 'kendall')} | {fmt_corr(c, 'summary', 'spearman')} |"
+                )
     else:
         r = report["stats"]
         unit = "sentence" if kind == "sentences" else "keyfact"
-        lines += [f"Binary agreement (balanced accuracy, Cohen's kappa); hosted judge: {r['hosted_judge']}.", "",
-                  "| level | comparison | n | balanced accuracy | kappa |", "|---|---|---|---|---|"]
-        for level in ([unit, "summary"] if kind == "sentences" else [unit]):
+        lines += [
+            f"Binary agreement (balanced accuracy, Cohen's kappa); hosted judge: {r['hosted_judge']}.",
+            "",
+            "| level | comparison | n | balanced accuracy | kappa |",
+            "|---|---|---|---|---|",
+        ]
+        for level in [unit, "summary"] if kind == "sentences" else [unit]:
             for name, b in r[level].items():
                 ci = b.get("balanced_accuracy_ci")
                 ci = f" [{fmt(ci[0], 2)}, {fmt(ci[1], 2)}]" if ci else ""
-                lines.append(f"| {level} | {name.replace('_', ' ')} | {b['n']} | {fmt(b['balanced_accuracy'])}{ci} | "
-                             f"{fmt(b['kappa'])} |")
+                lines.append(
+                    f"| {level} | {name.replace('_', ' ')} | {b['n']} | {fmt(b['balanced_accuracy'])}{ci} | "
+                    f"{fmt(b['kappa'])} |"
+                )
         for name, value in r["soft"].items():
             level, what = name.split(": ")
             ci = f" [{fmt(value['ci'][0], 2)}, {fmt(value['ci'][1], 2)}]" if value.get("ci") else ""
-            lines.append(f"| {level} | soft: ROC AUC of {what.replace('auc_', '').replace('_', ' ')} | {value['n']} | "
-                         f"{fmt(value['value'])}{ci} (AUC; 0.5 is chance) | - |")
+            lines.append(
+                f"| {level} | soft: ROC AUC of {what.replace('auc_', '').replace('_', ' ')} | {value['n']} | "
+                f"{fmt(value['value'])}{ci} (AUC; 0.5 is chance) | - |"
+            )
         if kind == "keyfacts":
-            lines += ["", "| score | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) |",
-                      "|---|---|---|---|---|"]
+            lines += [
+                "",
+                "| score | against | Spearman (dataset) | Kendall (dataset) | Pearson (dataset) |",
+                "|---|---|---|---|---|",
+            ]
             for name, c in r["completeness"].items():
-                lines.append(f"| {'our coverage' if name.startswith('ours') else 'hosted completeness'} | human "
-                             f"completeness | {fmt_corr(c, 'dataset', 'spearman')} | {fmt_corr(c, 'dataset', 'kendall')} "
-                             f"| {fmt_corr(c, 'dataset', 'pearson')} |")
+                lines.append(
+                    f"| {'our coverage' if name.startswith('ours') else 'hosted completeness'} | human "
+                    f"completeness | {fmt_corr(c, 'dataset', 'spearman')} | {fmt_corr(c, 'dataset', 'kendall')} "
+                    f"| {fmt_corr(c, 'dataset', 'pearson')} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -464,15 +572,30 @@ def plots(report: dict, series: dict, stem: Path) -> list[str]:
             scatter(ours["score"], hosted[gpt], "our score", gpt, "vs_gpt4")
         soft = ours.get("soft_alignment") or ours.get("soft_qa")
         if soft and "consistency" in humans:
-            reliability(soft, [None if h is None else (h - 1) / 4 for h in humans["consistency"]], "reliability",
-                        "human consistency, scaled to 0..1", unit="summaries (mean P(yes) per summary)")
+            reliability(
+                soft,
+                [None if h is None else (h - 1) / 4 for h in humans["consistency"]],
+                "reliability",
+                "human consistency, scaled to 0..1",
+                unit="summaries (mean P(yes) per summary)",
+            )
     elif kind == "sentences":
-        scatter(series["ours_faith"], series["human_faith"], "our share of sentences supported",
-                "human faithfulness", "vs_human")
+        scatter(
+            series["ours_faith"],
+            series["human_faith"],
+            "our share of sentences supported",
+            "human faithfulness",
+            "vs_human",
+        )
         reliability(series["p_supported"], series["human_no_error"], "reliability", "share without a human error")
     else:
-        scatter(series["coverage"], series["completeness"], "our coverage (key facts answered)",
-                "human completeness", "vs_human")
+        scatter(
+            series["coverage"],
+            series["completeness"],
+            "our coverage (key facts answered)",
+            "human completeness",
+            "vs_human",
+        )
         reliability(series["p_answered"], series["human_present"], "reliability", "share present for humans")
     return written
 
@@ -495,9 +618,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-claims", type=int, default=None, help="two-axis scorer option")
     ap.add_argument("--no-reason", action="store_true", help="two-axis: no reasons (far fewer tokens to decode)")
     ap.add_argument("--claims", choices=["atomic", "sentences"], default=None, help="two-axis (default: the judge's)")
-    ap.add_argument("--coverage", choices=["questions", "key_sentences"], default=None,
-                    help="two-axis (default: the judge's)")
-    ap.add_argument("--verdicts", choices=["yes-no", "likelihood"], default=None, help="two-axis (default: the judge's)")
+    ap.add_argument(
+        "--coverage", choices=["questions", "key_sentences"], default=None, help="two-axis (default: the judge's)"
+    )
+    ap.add_argument(
+        "--verdicts", choices=["yes-no", "likelihood"], default=None, help="two-axis (default: the judge's)"
+    )
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     try:
@@ -511,8 +637,9 @@ def main(argv=None) -> int:
     chosen = pick_documents(items, kind, args.documents, args.limit, args.seed)
     metrics = ["two-axis", "summary-score"] if args.metric == "both" else [args.metric]
     if kind != "scores" and "summary-score" in metrics:
-        print(f"note: {kind} files measure verdicts the two-axis metric gives; summary-score is skipped",
-              file=sys.stderr)
+        print(
+            f"note: {kind} files measure verdicts the two-axis metric gives; summary-score is skipped", file=sys.stderr
+        )
         metrics = ["two-axis"]
     for metric in metrics:
         judge_name = Path(args.model).name if args.model else "embedded"
@@ -528,13 +655,25 @@ def main(argv=None) -> int:
         else:
             stats = keyfacts_report(chosen, rows, args)
         series = stats.pop("_series")
-        report = {"header": {"data": str(args.data.name), "kind": kind, "metric": metric, "judge": cost["judge"]["name"],
-                             "items": len(chosen), "documents": len({i["doc_id"] for i in chosen}),
-                             "selection": (f"{args.documents} documents stratified by mean human score, seed "
-                                           f"{args.seed}" if args.documents else "all documents")
-                             + (f", limit {args.limit}" if args.limit else "")
-                             + (", items with a hosted judge's output only" if args.judged_only else ""),
-                             "cost": cost}, "stats": stats}
+        report = {
+            "header": {
+                "data": str(args.data.name),
+                "kind": kind,
+                "metric": metric,
+                "judge": cost["judge"]["name"],
+                "items": len(chosen),
+                "documents": len({i["doc_id"] for i in chosen}),
+                "selection": (
+                    f"{args.documents} documents stratified by mean human score, seed {args.seed}"
+                    if args.documents
+                    else "all documents"
+                )
+                + (f", limit {args.limit}" if args.limit else "")
+                + (", items with a hosted judge's output only" if args.judged_only else ""),
+                "cost": cost,
+            },
+            "stats": stats,
+        }
         stem = args.out / f"agreement_{name}"
         stem.parent.mkdir(parents=True, exist_ok=True)
         report["plots"] = plots(report, series, stem)

@@ -13,6 +13,7 @@
    verdict (A better, B better, no difference) matches the experts', and how the two rankings correlate.
 Writes results/compare_summeval_agreement.{md,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,14 +25,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from offline_sumscore.comparison import compare_systems, system_from_rows  # noqa: E402
-from offline_sumscore.formats import read_results, write_rows  # noqa: E402
+from offline_sumscore.analysis.comparison import compare_systems, system_from_rows  # noqa: E402
+from offline_sumscore.io.outputs import read_results, write_rows  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "agreement" / "summeval_dev.jsonl"
-AXES = {"score": "experts' (consistency + relevance) / 2", "alignment": "experts' consistency",
-        "coverage": "experts' relevance"}
+AXES = {
+    "score": "experts' (consistency + relevance) / 2",
+    "alignment": "experts' consistency",
+    "coverage": "experts' relevance",
+}
 
 
 def expert_rows(items: list[dict]) -> dict[str, list[dict]]:
@@ -40,10 +44,18 @@ def expert_rows(items: list[dict]) -> dict[str, list[dict]]:
     for item in items:
         human = item["human"]
         consistency, relevance = (human["consistency"] - 1) / 4, (human["relevance"] - 1) / 4
-        by_system.setdefault(item["system"], []).append({
-            "id": item["id"], "doc_id": item["doc_id"], "metric": "two-axis",
-            "score": (consistency + relevance) / 2, "alignment": consistency, "coverage": relevance,
-            "judge": {"name": "SummEval experts (3 raters, mean)"}, "settings": {}})
+        by_system.setdefault(item["system"], []).append(
+            {
+                "id": item["id"],
+                "doc_id": item["doc_id"],
+                "metric": "two-axis",
+                "score": (consistency + relevance) / 2,
+                "alignment": consistency,
+                "coverage": relevance,
+                "judge": {"name": "SummEval experts (3 raters, mean)"},
+                "settings": {},
+            }
+        )
     return by_system
 
 
@@ -75,14 +87,15 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=10000)
     args = ap.parse_args()
     items = [json.loads(line) for line in args.data.open()]
-    docs = sorted({i["doc_id"] for i in items})[:args.documents] if args.documents else None
+    docs = sorted({i["doc_id"] for i in items})[: args.documents] if args.documents else None
     if docs is not None:
         items = [i for i in items if i["doc_id"] in set(docs)]
     run = HERE / "results" / "runs" / f"summeval_compare{'' if docs is None else f'_{len(docs)}docs'}"
     run.mkdir(parents=True, exist_ok=True)
     inputs = run / "input.jsonl"
-    inputs.write_text("".join(json.dumps({k: i[k] for k in ("id", "doc_id", "source", "summary")}) + "\n"
-                              for i in items))
+    inputs.write_text(
+        "".join(json.dumps({k: i[k] for k in ("id", "doc_id", "source", "summary")}) + "\n" for i in items)
+    )
     scores = run / "scores.jsonl"
     sumscore = [sys.executable, "-m", "offline_sumscore"]
     subprocess.run([*sumscore, "score", str(inputs), "-o", str(scores), "--resume", "--quiet"], check=True)
@@ -97,66 +110,127 @@ def main() -> None:
     # 2. The command itself on one pair.
     a, b = args.pair.split(",")
     stem = RESULTS / f"compare_summeval_{a}_{b}"
-    shown = subprocess.run([*sumscore, "compare", str(run / "systems" / f"{a}.jsonl"),
-                            str(run / "systems" / f"{b}.jsonl"), "--by", "doc_id", "-o", f"{stem}.html",
-                            "--json", f"{stem}.json", "--resamples", str(args.resamples)],
-                           check=True, capture_output=True, text=True).stdout
+    shown = subprocess.run(
+        [
+            *sumscore,
+            "compare",
+            str(run / "systems" / f"{a}.jsonl"),
+            str(run / "systems" / f"{b}.jsonl"),
+            "--by",
+            "doc_id",
+            "-o",
+            f"{stem}.html",
+            "--json",
+            f"{stem}.json",
+            "--resamples",
+            str(args.resamples),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     Path(f"{stem}.txt").write_text(shown)
     print(shown)
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium:
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                        "--window-size=1200,1500", f"--screenshot={stem}.png", Path(f"{stem}.html").as_uri()],
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                "--window-size=1200,1500",
+                f"--screenshot={stem}.png",
+                Path(f"{stem}.html").as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+        )
 
     # 3. Our judge against the experts, every pair of systems, with the same statistics.
     names = sorted(ours)
-    judge = compare_systems([system_from_rows(n, ours[n], by="doc_id") for n in names], resamples=args.resamples,
-                            fields=("score", "alignment", "coverage"))
+    judge = compare_systems(
+        [system_from_rows(n, ours[n], by="doc_id") for n in names],
+        resamples=args.resamples,
+        fields=("score", "alignment", "coverage"),
+    )
     experts_by_system = expert_rows(items)
-    experts = compare_systems([system_from_rows(n, experts_by_system[n], by="doc_id") for n in names],
-                              resamples=args.resamples, fields=("score", "alignment", "coverage"))
-    table = ["| our field | experts' field | pairs | same verdict | both 'no difference' | opposite verdicts | "
-             "Spearman of system means |", "|---|---|---|---|---|---|---|"]
+    experts = compare_systems(
+        [system_from_rows(n, experts_by_system[n], by="doc_id") for n in names],
+        resamples=args.resamples,
+        fields=("score", "alignment", "coverage"),
+    )
+    table = [
+        "| our field | experts' field | pairs | same verdict | both 'no difference' | opposite verdicts | "
+        "Spearman of system means |",
+        "|---|---|---|---|---|---|---|",
+    ]
     summary = {}
     for field, theirs in AXES.items():
         pairs = list(zip(judge["pairs"], experts["pairs"]))
         same = sum(p["fields"][field]["verdict"] == q["fields"][field]["verdict"] for p, q in pairs)
-        both_none = sum(p["fields"][field]["verdict"] == q["fields"][field]["verdict"] == "no difference"
-                        for p, q in pairs)
+        both_none = sum(
+            p["fields"][field]["verdict"] == q["fields"][field]["verdict"] == "no difference" for p, q in pairs
+        )
         opposite = sum({p["fields"][field]["verdict"], q["fields"][field]["verdict"]} == {"A", "B"} for p, q in pairs)
-        rho = spearman([judge["means"][n][field]["mean"] for n in names],
-                       [experts["means"][n][field]["mean"] for n in names])
-        summary[field] = {"pairs": len(pairs), "same_verdict": same, "both_no_difference": both_none,
-                          "opposite": opposite, "spearman_system_means": rho,
-                          "experts_significant": sum(q["fields"][field]["verdict"] != "no difference"
-                                                     for _, q in pairs),
-                          "judge_significant": sum(p["fields"][field]["verdict"] != "no difference"
-                                                   for p, _ in pairs)}
-        table.append(f"| {field} | {theirs} | {len(pairs)} | {same} ({100 * same / len(pairs):.0f}%) | {both_none} | "
-                     f"{opposite} | {rho:+.2f} |")
+        rho = spearman(
+            [judge["means"][n][field]["mean"] for n in names], [experts["means"][n][field]["mean"] for n in names]
+        )
+        summary[field] = {
+            "pairs": len(pairs),
+            "same_verdict": same,
+            "both_no_difference": both_none,
+            "opposite": opposite,
+            "spearman_system_means": rho,
+            "experts_significant": sum(q["fields"][field]["verdict"] != "no difference" for _, q in pairs),
+            "judge_significant": sum(p["fields"][field]["verdict"] != "no difference" for p, _ in pairs),
+        }
+        table.append(
+            f"| {field} | {theirs} | {len(pairs)} | {same} ({100 * same / len(pairs):.0f}%) | {both_none} | "
+            f"{opposite} | {rho:+.2f} |"
+        )
     ranking = ["| rank | our judge (mean score) | experts (mean of consistency and relevance, 0..1) |", "|---|---|---|"]
     for k, (mine, theirs) in enumerate(zip(judge["ranking"], experts["ranking"]), 1):
-        ranking.append(f"| {k} | {mine} {judge['means'][mine]['score']['mean']:.3f} | "
-                       f"{theirs} {experts['means'][theirs]['score']['mean']:.3f} |")
-    significant = "; ".join(f"{f}: experts {s['experts_significant']}, our judge {s['judge_significant']}"
-                            for f, s in summary.items())
-    markdown = (f"# Our judge's pairwise verdicts against the SummEval experts'\n\n{judge['documents']} documents x "
-                f"{len(names)} systems ({len(judge['pairs'])} pairs), judge {ours[names[0]][0]['judge']['name']} at "
-                f"its default design; verdicts from the paired permutation test, Holm-adjusted over the pairs, "
-                f"alpha 0.05 ({args.resamples} resamples, seed 0). Pairs with a verdict other than 'no difference': "
-                f"{significant}.\n\n" + "\n".join(table) + "\n\n" + "\n".join(ranking) + "\n\n"
-                f"`python benchmarks/compare_systems.py{'' if docs is None else f' --documents {len(docs)}'}`\n")
+        ranking.append(
+            f"| {k} | {mine} {judge['means'][mine]['score']['mean']:.3f} | "
+            f"{theirs} {experts['means'][theirs]['score']['mean']:.3f} |"
+        )
+    significant = "; ".join(
+        f"{f}: experts {s['experts_significant']}, our judge {s['judge_significant']}" for f, s in summary.items()
+    )
+    markdown = (
+        f"# Our judge's pairwise verdicts against the SummEval experts'\n\n{judge['documents']} documents x "
+        f"{len(names)} systems ({len(judge['pairs'])} pairs), judge {ours[names[0]][0]['judge']['name']} at "
+        f"its default design; verdicts from the paired permutation test, Holm-adjusted over the pairs, "
+        f"alpha 0.05 ({args.resamples} resamples, seed 0). Pairs with a verdict other than 'no difference': "
+        f"{significant}.\n\n" + "\n".join(table) + "\n\n" + "\n".join(ranking) + "\n\n"
+        f"`python benchmarks/compare_systems.py{'' if docs is None else f' --documents {len(docs)}'}`\n"
+    )
     out = RESULTS / "compare_summeval_agreement"
     Path(f"{out}.md").write_text(markdown)
-    Path(f"{out}.json").write_text(json.dumps({"summary": summary, "judge_ranking": judge["ranking"],
-                                               "experts_ranking": experts["ranking"],
-                                               "judge_means": judge["means"], "experts_means": experts["means"],
-                                               "pairs": [{"a": p["a"], "b": p["b"],
-                                                          "judge": {f: p["fields"][f]["verdict"] for f in AXES},
-                                                          "experts": {f: q["fields"][f]["verdict"] for f in AXES}}
-                                                         for p, q in zip(judge["pairs"], experts["pairs"])]},
-                                              indent=1) + "\n")
+    Path(f"{out}.json").write_text(
+        json.dumps(
+            {
+                "summary": summary,
+                "judge_ranking": judge["ranking"],
+                "experts_ranking": experts["ranking"],
+                "judge_means": judge["means"],
+                "experts_means": experts["means"],
+                "pairs": [
+                    {
+                        "a": p["a"],
+                        "b": p["b"],
+                        "judge": {f: p["fields"][f]["verdict"] for f in AXES},
+                        "experts": {f: q["fields"][f]["verdict"] for f in AXES},
+                    }
+                    for p, q in zip(judge["pairs"], experts["pairs"])
+                ],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(markdown)
 
 

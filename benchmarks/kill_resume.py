@@ -9,6 +9,7 @@ verdict: a resumed run streams its rows in other company than the uninterrupted 
 noise and, at a near tie, a verdict.
 Writes benchmarks/results/kill_resume_cpu.{md,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,19 +20,49 @@ import signal
 import subprocess
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
 
-from tests.model.test_bulk_on_embedded_judge import CAPS, ROWS, verdict_flips  # noqa: E402 - the test's rows, caps
-from tests.pipeline.test_bulk_runs import without_timing  # noqa: E402
+# The bundled council rows, and the flags of tests/model/test_bulk_on_embedded_judge.py: Yes/No verdicts with decoded
+# reasons, so that a chunk takes seconds and a kill can land while the run is still going.
+ROWS = [
+    json.loads(line)
+    for line in (resources.files("offline_sumscore") / "examples" / "council.jsonl").read_text().splitlines()
+]
+CAPS = [
+    "--claims",
+    "sentences",
+    "--coverage",
+    "key_sentences",
+    "--key-sentences",
+    "2",
+    "--verdicts",
+    "yes-no",
+    "--max-reason-chars",
+    "60",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def command(src, out):
-    return [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet", "--chunk-size",
-            "2", "--in-flight", "2", *CAPS]
+    return [
+        sys.executable,
+        "-m",
+        "offline_sumscore",
+        "score",
+        str(src),
+        "-o",
+        str(out),
+        "--quiet",
+        "--chunk-size",
+        "2",
+        "--in-flight",
+        "2",
+        *CAPS,
+    ]
 
 
 def main() -> None:
@@ -49,14 +80,16 @@ def main() -> None:
     src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     env = lambda cache: dict(os.environ, OFFLINE_SUMSCORE_CACHE=str(cache), HF_HUB_OFFLINE="1")  # noqa: E731
     started = time.perf_counter()
-    subprocess.run(command(src, work / "reference.jsonl"), env=env(work / "ref.sqlite"), check=True,
-                   capture_output=True)
+    subprocess.run(
+        command(src, work / "reference.jsonl"), env=env(work / "ref.sqlite"), check=True, capture_output=True
+    )
     reference_s = time.perf_counter() - started
     reference = without_timing([json.loads(x) for x in (work / "reference.jsonl").read_text().splitlines()])
     # The same run again on the filled cache: how much of it the cache answers, and how long it takes.
     started = time.perf_counter()
-    rerun = subprocess.run(command(src, work / "rerun.jsonl"), env=env(work / "ref.sqlite"), check=True,
-                           capture_output=True, text=True)
+    rerun = subprocess.run(
+        command(src, work / "rerun.jsonl"), env=env(work / "ref.sqlite"), check=True, capture_output=True, text=True
+    )
     rerun_s = time.perf_counter() - started
     cache_line = next((x for x in rerun.stdout.splitlines() if x.startswith("stage cache")), "no cache line")
     rerun_same = without_timing([json.loads(x) for x in (work / "rerun.jsonl").read_text().splitlines()]) == reference
@@ -69,8 +102,9 @@ def main() -> None:
             for stale in (out, cache):
                 stale.unlink(missing_ok=True)
             at = rng.uniform(1.0, upper)
-            proc = subprocess.Popen(command(src, out), env=env(cache), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                command(src, out), env=env(cache), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
             time.sleep(at)
             finished_first = proc.poll() is not None
             if not finished_first:
@@ -85,26 +119,51 @@ def main() -> None:
         subprocess.run(command(src, out) + ["--resume"], env=env(cache), check=True, capture_output=True)
         got = [json.loads(x) for x in out.read_text().splitlines()]
         ids = [r["id"] for r in got]
-        trial = {"kill_at_s": round(at, 1), "killed": not finished_first, "rows_written_before_kill": rows_before,
-                 "torn_last_line": torn, "rows_lost": len({r["id"] for r in ROWS} - set(ids)),
-                 "rows_duplicated": len(ids) - len(set(ids)),
-                 "rows_differing": sum(a != b for a, b in zip(without_timing(got), reference)),
-                 "verdicts_differing": verdict_flips(got, reference)[0], "verdicts": verdict_flips(got, reference)[1],
-                 "in_input_order": ids == [r["id"] for r in ROWS]}
+        trial = {
+            "kill_at_s": round(at, 1),
+            "killed": not finished_first,
+            "rows_written_before_kill": rows_before,
+            "torn_last_line": torn,
+            "rows_lost": len({r["id"] for r in ROWS} - set(ids)),
+            "rows_duplicated": len(ids) - len(set(ids)),
+            "rows_differing": sum(a != b for a, b in zip(without_timing(got), reference)),
+            "verdicts_differing": verdict_flips(got, reference)[0],
+            "verdicts": verdict_flips(got, reference)[1],
+            "in_input_order": ids == [r["id"] for r in ROWS],
+        }
         trials.append(trial)
         print(json.dumps(trial), file=sys.stderr)
-    lines = [f"# kill -9 then --resume, embedded judge, {len(ROWS)} rows, chunks of 2", "",
-             f"Reference run {reference_s:.1f} s; each trial killed at a uniform random moment of that span.", "",
-             f"Re-run on the filled stage cache: {rerun_s:.1f} s, rows identical: {rerun_same}; {cache_line}.", "",
-             "| trial | killed at s | rows written before | torn last line | rows lost | duplicated | rows differing "
-             "(any field but time) | verdicts differing | in order |", "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {i} | {t['kill_at_s']} | {t['rows_written_before_kill']} | {t['torn_last_line']} | {t['rows_lost']} | "
-              f"{t['rows_duplicated']} | {t['rows_differing']} | {t['verdicts_differing']} of {t['verdicts']} | "
-              f"{t['in_input_order']} |" for i, t in enumerate(trials)]
+    lines = [
+        f"# kill -9 then --resume, embedded judge, {len(ROWS)} rows, chunks of 2",
+        "",
+        f"Reference run {reference_s:.1f} s; each trial killed at a uniform random moment of that span.",
+        "",
+        f"Re-run on the filled stage cache: {rerun_s:.1f} s, rows identical: {rerun_same}; {cache_line}.",
+        "",
+        "| trial | killed at s | rows written before | torn last line | rows lost | duplicated | rows differing "
+        "(any field but time) | verdicts differing | in order |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {i} | {t['kill_at_s']} | {t['rows_written_before_kill']} | {t['torn_last_line']} | {t['rows_lost']} | "
+        f"{t['rows_duplicated']} | {t['rows_differing']} | {t['verdicts_differing']} of {t['verdicts']} | "
+        f"{t['in_input_order']} |"
+        for i, t in enumerate(trials)
+    ]
     (RESULTS / "kill_resume_cpu.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "kill_resume_cpu.json").write_text(json.dumps({"reference_s": reference_s, "trials": trials,
-                                                              "rerun_s": rerun_s, "rerun_identical": rerun_same,
-                                                              "rerun_cache": cache_line}, indent=1) + "\n")
+    (RESULTS / "kill_resume_cpu.json").write_text(
+        json.dumps(
+            {
+                "reference_s": reference_s,
+                "trials": trials,
+                "rerun_s": rerun_s,
+                "rerun_identical": rerun_same,
+                "rerun_cache": cache_line,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print("\n".join(lines))
 
 

@@ -4,6 +4,7 @@
 
 One process, one loaded judge; prints a markdown table, writes JSON, and prints the JSON as its last line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,16 +15,26 @@ from pathlib import Path
 
 from offline_sumscore import SummarizationScorer, SummaryScore, load_judge
 
-SOURCE = ("The city council of Lindford voted on Tuesday to build a new public library on Mill Street. "
-          "Construction will begin in March and cost 4 million pounds. The library will have a children's wing "
-          "and a cafe, and the council expects it to open in two years.")
+SOURCE = (
+    "The city council of Lindford voted on Tuesday to build a new public library on Mill Street. "
+    "Construction will begin in March and cost 4 million pounds. The library will have a children's wing "
+    "and a cafe, and the council expects it to open in two years."
+)
 SUMMARY = "Lindford's council voted to build a 4 million pound library on Mill Street, with work starting in March."
 
 SETTINGS = {
     ("two-axis", "defaults"): (SummarizationScorer, {}),
-    ("two-axis", "yes-no verdicts with reasons, questions"): (SummarizationScorer, dict(
-        claims="sentences", coverage="questions", verdicts="yes-no", max_questions=3, max_text_chars=100,
-        max_reason_chars=80)),
+    ("two-axis", "yes-no verdicts with reasons, questions"): (
+        SummarizationScorer,
+        dict(
+            claims="sentences",
+            coverage="questions",
+            verdicts="yes-no",
+            max_questions=3,
+            max_text_chars=100,
+            max_reason_chars=80,
+        ),
+    ),
     ("summary-score", "defaults"): (SummaryScore, {}),
     ("summary-score", "demo caps"): (SummaryScore, dict(max_questions=3, max_keyphrases=6, max_text_chars=100)),
 }
@@ -41,12 +52,23 @@ def main() -> None:
         scorer = cls(judge, **kw)
         t = time.perf_counter()
         r = scorer.score(SOURCE, SUMMARY)
-        rows.append({"metric": metric, "settings": label, "seconds": round(time.perf_counter() - t, 2),
-                     "score": r.score, "tokens_in": sum(s["tokens_in"] for s in r.stages.values()),
-                     "tokens_out": sum(s["tokens_out"] for s in r.stages.values()),
-                     "per_stage_seconds": {k: s["seconds"] for k, s in r.stages.items()}})
-    report = {"judge": judge.describe(), "machine": platform.machine(), "cpus": __import__("os").cpu_count(),
-              "rows": rows}
+        rows.append(
+            {
+                "metric": metric,
+                "settings": label,
+                "seconds": round(time.perf_counter() - t, 2),
+                "score": r.score,
+                "tokens_in": sum(s["tokens_in"] for s in r.stages.values()),
+                "tokens_out": sum(s["tokens_out"] for s in r.stages.values()),
+                "per_stage_seconds": {k: s["seconds"] for k, s in r.stages.items()},
+            }
+        )
+    report = {
+        "judge": judge.describe(),
+        "machine": platform.machine(),
+        "cpus": __import__("os").cpu_count(),
+        "rows": rows,
+    }
     print("| metric | settings | seconds | tokens in | tokens out |\n|---|---|---|---|---|")
     for row in rows[1:]:
         print(f"| {row['metric']} | {row['settings']} | {row['seconds']} | {row['tokens_in']} | {row['tokens_out']} |")

@@ -9,6 +9,7 @@ rows), grammar masks (llguidance's fill and the unpacking of its bitmask, timed 
 the wall time, which is Python and everything the profiler does not see as an operator. Writes
 benchmarks/results/profile_cpu.{md,json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,15 +25,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.throughput import CONFIGS, DEFAULT_DATA, RESULTS, frozen_inputs  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
-from offline_sumscore.engine import runner as runner_module  # noqa: E402
-from offline_sumscore.engine.runner import TransformersEngine  # noqa: E402
+from offline_sumscore.engine import executor  # noqa: E402
+from offline_sumscore.engine.executor import TransformersEngine  # noqa: E402
 
 CATEGORIES = [  # first match wins, on the operator's name
     ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm")),
     ("attention", ("scaled_dot_product", "aten::_scaled_dot", "aten::softmax", "aten::_softmax", "flash")),
-    ("KV cache copies", ("aten::cat", "aten::index", "aten::copy_", "aten::clone", "aten::slice_scatter",
-                         "aten::index_select", "aten::repeat_interleave", "aten::zeros", "aten::new_zeros",
-                         "aten::fill_")),
+    (
+        "KV cache copies",
+        (
+            "aten::cat",
+            "aten::index",
+            "aten::copy_",
+            "aten::clone",
+            "aten::slice_scatter",
+            "aten::index_select",
+            "aten::repeat_interleave",
+            "aten::zeros",
+            "aten::new_zeros",
+            "aten::fill_",
+        ),
+    ),
 ]
 
 
@@ -46,7 +59,7 @@ def category(name: str) -> str:
 def profile(judge, make_engine, inputs, caps) -> dict:
     SummarizationScorer(engine=make_engine(), **caps).score_many(inputs, on_error="return")  # warm-up
     grammar_s = 0.0
-    original = runner_module._unpack
+    original = executor._unpack
 
     def timed_unpack(bitmask, vocab):  # the mask unpacking, where the fill's result lands
         nonlocal grammar_s
@@ -66,7 +79,7 @@ def profile(judge, make_engine, inputs, caps) -> dict:
         return out
 
     engine.grammars.fill_bitmasks = timed_fill
-    runner_module._unpack = timed_unpack
+    executor._unpack = timed_unpack
     try:
         scorer = SummarizationScorer(engine=engine, **caps)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -74,7 +87,7 @@ def profile(judge, make_engine, inputs, caps) -> dict:
             scorer.score_many(inputs, on_error="return")
             wall = time.perf_counter() - started
     finally:
-        runner_module._unpack = original
+        executor._unpack = original
         engine.grammars.fill_bitmasks = fill
     spent: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
@@ -82,8 +95,12 @@ def profile(judge, make_engine, inputs, caps) -> dict:
     seen = sum(spent.values())
     spent["grammar masks (llguidance fill + unpack)"] = grammar_s
     spent["Python and the rest (wall - operators - grammar)"] = max(0.0, wall - seen - grammar_s)
-    return {"wall_s": wall, "seconds": dict(spent), "stats": engine.stats.as_dict(),
-            "note": "operator times are summed self CPU time over threads, so with 2 threads they can exceed wall"}
+    return {
+        "wall_s": wall,
+        "seconds": dict(spent),
+        "stats": engine.stats.as_dict(),
+        "note": "operator times are summed self CPU time over threads, so with 2 threads they can exceed wall",
+    }
 
 
 def main() -> None:
@@ -93,18 +110,31 @@ def main() -> None:
     cfg = CONFIGS["cpu"]
     judge = load_judge()
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
-    caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"],
-                max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
-    engines = {"rung 5 (waves, no store)": lambda: TransformersEngine(judge, continuous=False, prefix_store=False),
-               "rung 7 (the full engine)": lambda: TransformersEngine(judge)}
+    caps = dict(
+        claims="sentences",
+        coverage="questions",
+        verdicts="yes-no",
+        max_questions=cfg["questions"],
+        max_text_chars=cfg["text_chars"],
+        max_reason_chars=cfg["reason_chars"],
+    )
+    engines = {
+        "rung 5 (waves, no store)": lambda: TransformersEngine(judge, continuous=False, prefix_store=False),
+        "rung 7 (the full engine)": lambda: TransformersEngine(judge),
+    }
     report = {name: profile(judge, make, inputs, caps) for name, make in engines.items()}
     labels = sorted({k for r in report.values() for k in r["seconds"]})
-    lines = ["# Where the engine's time goes (torch.profiler, CPU)", "",
-             f"{len(inputs)} samples, {cfg['questions']} questions, the ladder's standard workload; judge "
-             f"{judge.name}; torch threads {torch.get_num_threads()}. Operator times are self CPU time summed over "
-             "threads (they can exceed the wall time); the last row is what is left of the wall time.", "",
-             "| | " + " | ".join(report) + " |", "|---|" + "---|" * len(report),
-             "| wall s | " + " | ".join(f"{r['wall_s']:.1f}" for r in report.values()) + " |"]
+    lines = [
+        "# Where the engine's time goes (torch.profiler, CPU)",
+        "",
+        f"{len(inputs)} samples, {cfg['questions']} questions, the ladder's standard workload; judge "
+        f"{judge.name}; torch threads {torch.get_num_threads()}. Operator times are self CPU time summed over "
+        "threads (they can exceed the wall time); the last row is what is left of the wall time.",
+        "",
+        "| | " + " | ".join(report) + " |",
+        "|---|" + "---|" * len(report),
+        "| wall s | " + " | ".join(f"{r['wall_s']:.1f}" for r in report.values()) + " |",
+    ]
     for label in labels:
         lines.append(f"| {label} | " + " | ".join(f"{r['seconds'].get(label, 0):.1f}" for r in report.values()) + " |")
     for key in ("prefill_tokens", "stored_tokens", "decoded_tokens", "forced_tokens", "forward_passes"):

@@ -27,9 +27,11 @@ previous rung, the verdict flip rate against rung 0, and the rung's time as a pe
 floor: max(FLOPs / peak FLOP/s, bytes / peak bytes/s) for the least work that gives these verdicts (the token and
 forward-pass counts of the rung that ran the fewest tokens), FLOPs = 2 x weights x tokens run through the model
 (attention scores left out: small at these lengths), bytes = weights read once per forward pass + KV cache read
-per decoded token; the peaks are measured on this machine at the start (a matmul and a copy). Writes JSON and a markdown table
+per decoded token; the peaks are measured on this machine at the start (a matmul and a copy). Writes JSON and a
+markdown table
 to benchmarks/results/ and prints the JSON as its last line.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,22 +48,40 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from offline_sumscore import SummarizationScorer  # noqa: E402
-from offline_sumscore.engine.grammar import GrammarCache  # noqa: E402
-from offline_sumscore.engine.runner import TransformersEngine  # noqa: E402
-from offline_sumscore.stages import StageResult  # noqa: E402
+from offline_sumscore.core.stages import StageResult  # noqa: E402
+from offline_sumscore.engine.executor import TransformersEngine  # noqa: E402
+from offline_sumscore.engine.grammar import GrammarCompiler  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "agreement" / "summeval_dev.jsonl"
 
 CONFIGS = {
     # Caps keep the embedded judge's degenerate repetition to a realistic length.
-    "cpu": dict(samples=6, questions=3, text_chars=80, reason_chars=60, source_chars=1200, reference_samples=6,
-                shared_docs=3, per_doc=4, shared_reference_samples=4),
+    "cpu": dict(
+        samples=6,
+        questions=3,
+        text_chars=80,
+        reason_chars=60,
+        source_chars=1200,
+        reference_samples=6,
+        shared_docs=3,
+        per_doc=4,
+        shared_reference_samples=4,
+    ),
     # Random weights write to every cap, so the caps set the load; they are sized so that the whole ladder fits a
     # single 10-minute device call (15 minutes of GPU a session). Rungs 0 and 1 run on the first 2 samples only:
     # the naive loop decodes every token at batch 1. Rates are per sample, so rungs compare across sample counts.
-    "gpu": dict(samples=48, questions=6, text_chars=60, reason_chars=40, source_chars=3000, reference_samples=2,
-                shared_docs=8, per_doc=6, shared_reference_samples=2),
+    "gpu": dict(
+        samples=48,
+        questions=6,
+        text_chars=60,
+        reason_chars=40,
+        source_chars=3000,
+        reference_samples=2,
+        shared_docs=8,
+        per_doc=6,
+        shared_reference_samples=2,
+    ),
 }
 
 
@@ -75,9 +95,9 @@ class OutlinesEngine:
 
         self.judge, self.batch = judge, batch
         self.model = outlines.from_transformers(judge.model, judge.tokenizer)
-        if judge.grammar_cache is None:  # the same compiled grammars our engine uses
-            judge.grammar_cache = GrammarCache(judge.model, judge.tokenizer)
-        self.grammars = judge.grammar_cache
+        if judge.grammar_compiler is None:  # the same compiled grammars our engine uses
+            judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
+        self.grammars = judge.grammar_compiler
         self.generators: dict[str, object] = {}
         self.prefill_tokens = self.decoded_tokens = self.forward_passes = 0
 
@@ -93,7 +113,8 @@ class OutlinesEngine:
 
     def run(self, requests):
         from outlines.inputs import Chat
-        from offline_sumscore.schemas import max_json_chars, parse_output
+
+        from offline_sumscore.core.schemas import max_json_chars, parse_output
 
         results: list[StageResult | None] = [None] * len(requests)
         groups: dict[tuple, list[int]] = {}
@@ -108,8 +129,11 @@ class OutlinesEngine:
             calls = [members] if self.batch else [[i] for i in members]
             for call in calls:
                 chats = [Chat(list(requests[i].messages)) for i in call]
-                texts = gen.batch(chats, max_new_tokens=cap, do_sample=False) if self.batch else \
-                    [gen(chats[0], max_new_tokens=cap, do_sample=False)]
+                texts = (
+                    gen.batch(chats, max_new_tokens=cap, do_sample=False)
+                    if self.batch
+                    else [gen(chats[0], max_new_tokens=cap, do_sample=False)]
+                )
                 longest = 0
                 for i, text in zip(call, texts):
                     prompt = self.judge.render(requests[i].messages)
@@ -118,8 +142,15 @@ class OutlinesEngine:
                     self.prefill_tokens += n_in
                     self.decoded_tokens += n_out
                     longest = max(longest, n_out)
-                    res = StageResult(request=requests[i], value=None, raw_output=text, prompt=prompt,
-                                      tokens_in=n_in, tokens_out=n_out, decoded_tokens=n_out)
+                    res = StageResult(
+                        request=requests[i],
+                        value=None,
+                        raw_output=text,
+                        prompt=prompt,
+                        tokens_in=n_in,
+                        tokens_out=n_out,
+                        decoded_tokens=n_out,
+                    )
                     try:
                         res.value = parse_output(requests[i].schema, text)
                     except Exception as exc:  # noqa: BLE001 - recorded, as the real engine records it
@@ -151,8 +182,12 @@ def measure_peaks(device: torch.device, dtype: torch.dtype) -> dict:
 
     mm = timed(lambda: a @ b, 10)
     copy = timed(lambda: big.clone(), 5)
-    return {"flops_per_s": 2 * n**3 / mm, "bytes_per_s": 2 * big.numel() * 4 / copy, "matmul_n": n,
-            "dtype": str(dtype).replace("torch.", "")}
+    return {
+        "flops_per_s": 2 * n**3 / mm,
+        "bytes_per_s": 2 * big.numel() * 4 / copy,
+        "matmul_n": n,
+        "dtype": str(dtype).replace("torch.", ""),
+    }
 
 
 def physical_floor(judge, peaks, processed_tokens, read_tokens, forward_passes, avg_context) -> float:
@@ -187,7 +222,7 @@ def frozen_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
             source = item["source"]
             if len(source) > source_chars:
                 cut = source.rfind(". ", 0, source_chars)
-                source = source[:cut + 1] if cut > 0 else source[:source_chars]
+                source = source[: cut + 1] if cut > 0 else source[:source_chars]
             rows.append({"id": item["id"], "source": source, "summary": item["summary"]})
             if len(rows) == n:
                 break
@@ -214,14 +249,16 @@ def shared_inputs(path: Path, docs: int, per_doc: int, source_chars: int) -> lis
     if len(chosen) < docs:
         demo = Path(__file__).resolve().parent.parent / "offline_sumscore" / "examples" / "demo.jsonl"
         base = [json.loads(line) for line in demo.open()]
-        chosen = [[dict(b, source=base[d % len(base)]["source"], id=f"{b['id']}:{d}") for b in
-                   (base * per_doc)[:per_doc]] for d in range(docs)]
+        chosen = [
+            [dict(b, source=base[d % len(base)]["source"], id=f"{b['id']}:{d}") for b in (base * per_doc)[:per_doc]]
+            for d in range(docs)
+        ]
     rows = []
     for items in chosen:
         source = items[0]["source"]
         if len(source) > source_chars:
             cut = source.rfind(". ", 0, source_chars)
-            source = source[:cut + 1] if cut > 0 else source[:source_chars]
+            source = source[: cut + 1] if cut > 0 else source[:source_chars]
         rows.extend({"id": item["id"], "source": source, "summary": item["summary"]} for item in items)
     return rows
 
@@ -242,9 +279,15 @@ def flip_rate(base, other) -> float:
 
 
 # -- the ladder ------------------------------------------------------------------------------------------------
-def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int = 32, allow_cpu: bool = False,
-         vocab: int = 128256):
-    from offline_sumscore.judge import Judge, load_judge, models_root
+def load(
+    config: str,
+    tokenizer_dir: str | None,
+    model: str | None,
+    layers: int = 32,
+    allow_cpu: bool = False,
+    vocab: int = 128256,
+):
+    from offline_sumscore.engine.judge import Judge, load_judge, models_root
 
     if config == "cpu":
         return load_judge(model)
@@ -263,10 +306,20 @@ def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int 
         # Llama-3's vocabulary is 128,256 tokens; SmolLM2's tokenizer has 49,152. Reserved tokens fill the rest, so
         # that every per-vocabulary cost (grammar masks, their transfer, the head, softmax) is paid at full width.
         tokenizer.add_tokens([f"<|reserved_{i}|>" for i in range(vocab - own)], special_tokens=True)
-    cfg = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers, num_attention_heads=32,
-                      num_key_value_heads=8, vocab_size=max(128256, len(tokenizer)), max_position_embeddings=8192, rope_theta=500000.0,
-                      tie_word_embeddings=False, bos_token_id=tokenizer.bos_token_id,
-                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    cfg = LlamaConfig(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=max(128256, len(tokenizer)),
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device(device):
@@ -274,11 +327,21 @@ def load(config: str, tokenizer_dir: str | None, model: str | None, layers: int 
     torch.set_default_dtype(torch.float32)
     hf_model.eval()
     hf_model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return Judge(model=hf_model, tokenizer=tokenizer, name=f"random-llama-3.1-8b-geometry-{layers}-layers",
-                 path="(random)", device=device, dtype="bfloat16", identity="random", context_length=8192,
-                 decisions={"weights": f"random, Llama-3.1-8B geometry ({layers} layers, 4096 hidden, GQA 8); "
-                                       f"tokenizer SmolLM2's, {own} tokens, padded with reserved tokens to "
-                                       f"{len(tokenizer)} (grammar masks span them all); a {cfg.vocab_size}-row head"})
+    return Judge(
+        model=hf_model,
+        tokenizer=tokenizer,
+        name=f"random-llama-3.1-8b-geometry-{layers}-layers",
+        path="(random)",
+        device=device,
+        dtype="bfloat16",
+        identity="random",
+        context_length=8192,
+        decisions={
+            "weights": f"random, Llama-3.1-8B geometry ({layers} layers, 4096 hidden, GQA 8); "
+            f"tokenizer SmolLM2's, {own} tokens, padded with reserved tokens to "
+            f"{len(tokenizer)} (grammar masks span them all); a {cfg.vocab_size}-row head"
+        },
+    )
 
 
 def main() -> None:
@@ -287,8 +350,11 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL with source/summary (frozen inputs)")
     ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one")
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
-    ap.add_argument("--rungs", default="7,0,1,2,3,4,5,6,7b,8",
-                    help="in the order run: the full engine first, so a run cut short still has it")
+    ap.add_argument(
+        "--rungs",
+        default="7,0,1,2,3,4,5,6,7b,8",
+        help="in the order run: the full engine first, so a run cut short still has it",
+    )
     ap.add_argument("--shared-rungs", default="0,1,5,6,7", help="rungs run on the shared-source workload ('' for none)")
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--questions", type=int, default=None)
@@ -296,8 +362,12 @@ def main() -> None:
     ap.add_argument("--per-doc", type=int, default=None, help="shared workload: summaries per document")
     ap.add_argument("--layers", type=int, default=32, help="gpu config: decoder layers (32 is Llama-3.1-8B)")
     ap.add_argument("--allow-cpu", action="store_true", help="gpu config: run on the CPU (a code-path check only)")
-    ap.add_argument("--vocab", type=int, default=128256,
-                    help="gpu config: pad the tokenizer to this many tokens (Llama-3's 128256; 0 keeps its own)")
+    ap.add_argument(
+        "--vocab",
+        type=int,
+        default=128256,
+        help="gpu config: pad the tokenizer to this many tokens (Llama-3's 128256; 0 keeps its own)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     cfg = dict(CONFIGS[args.config])
@@ -312,34 +382,67 @@ def main() -> None:
     judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu, args.vocab)
     peaks = measure_peaks(judge.model.device, judge.model.dtype)
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
-    caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"],
-                max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    caps = dict(
+        claims="sentences",
+        coverage="questions",
+        verdicts="yes-no",
+        max_questions=cfg["questions"],
+        max_text_chars=cfg["text_chars"],
+        max_reason_chars=cfg["reason_chars"],
+    )
     # Warm up every path a timed rung takes: grammars compiled, kernels loaded, token texts cached, and outlines'
     # own processor (its mask kernel compiles on first use); not timed.
     SummarizationScorer(engine=TransformersEngine(judge), **caps).score_many(inputs[:1], on_error="return")
     SummarizationScorer(engine=TransformersEngine(judge), key_sentences=cfg["questions"]).score_many(
-        inputs[:1], on_error="return")
+        inputs[:1], on_error="return"
+    )
     if {"0", "1"} & set(args.rungs.split(",") + args.shared_rungs.split(",")):
         for batch in (False, True):
             SummarizationScorer(engine=OutlinesEngine(judge, batch=batch), **dict(caps, max_questions=1)).score_many(
-                inputs[:1], on_error="return")
+                inputs[:1], on_error="return"
+            )
 
     wave = dict(continuous=False, prefix_store=False)  # rungs 2 to 5: the engine as it ran before the stream
     ladder = {
-        "0": ("naive loop: outlines Generator per grammar, one call per prompt", lambda: OutlinesEngine(judge, batch=False), caps),
+        "0": (
+            "naive loop: outlines Generator per grammar, one call per prompt",
+            lambda: OutlinesEngine(judge, batch=False),
+            caps,
+        ),
         "1": ("outlines .batch per stage", lambda: OutlinesEngine(judge, batch=True), caps),
-        "2": ("engine in waves: cross-sample iteration-level batching", lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False, **wave), caps),
-        "3": ("+ shared prefixes", lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False, **wave), caps),
+        "2": (
+            "engine in waves: cross-sample iteration-level batching",
+            lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False, **wave),
+            caps,
+        ),
+        "3": (
+            "+ shared prefixes",
+            lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False, **wave),
+            caps,
+        ),
         "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False, **wave), caps),
         "5": ("+ verdicts from logits", lambda: TransformersEngine(judge, **wave), caps),
         "6": ("+ one continuous stream", lambda: TransformersEngine(judge, prefix_store=False), caps),
         "7": ("+ prefix store (the full engine)", lambda: TransformersEngine(judge), caps),
-        "7b": ("rung 7 without reasons (include_reason=False)", lambda: TransformersEngine(judge), dict(caps, include_reason=False)),
-        "8": ("the embedded design: sentences, key sentences, likelihood verdicts", lambda: TransformersEngine(judge), dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood")),
+        "7b": (
+            "rung 7 without reasons (include_reason=False)",
+            lambda: TransformersEngine(judge),
+            dict(caps, include_reason=False),
+        ),
+        "8": (
+            "the embedded design: sentences, key sentences, likelihood verdicts",
+            lambda: TransformersEngine(judge),
+            dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood"),
+        ),
     }
-    workloads = {"standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
-                 "shared": (shared_inputs(args.data, cfg["shared_docs"], cfg["per_doc"], cfg["source_chars"]),
-                            cfg["shared_reference_samples"], [r for r in args.shared_rungs.split(",") if r])}
+    workloads = {
+        "standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
+        "shared": (
+            shared_inputs(args.data, cfg["shared_docs"], cfg["per_doc"], cfg["source_chars"]),
+            cfg["shared_reference_samples"],
+            [r for r in args.shared_rungs.split(",") if r],
+        ),
+    }
     rows: list[dict] = []
     outputs: dict = {workload: {} for workload in workloads}  # workload -> rung -> results
     for workload, (items, reference, rungs) in workloads.items():
@@ -367,27 +470,49 @@ def main() -> None:
             syncs = sum(1 for w in caught if "synchroniz" in str(w.message)) if watch else None
             outputs[workload][rung] = results
             if isinstance(engine, OutlinesEngine):
-                prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
+                prefill, forced, decoded, passes = (
+                    engine.prefill_tokens,
+                    0,
+                    engine.decoded_tokens,
+                    engine.forward_passes,
+                )
                 stored = 0
             else:
                 s = engine.stats
                 prefill, forced, decoded, passes = s.prefill_tokens, s.forced_tokens, s.decoded_tokens, s.forward_passes
                 stored = s.stored_tokens
             questions = sum(len(r.coverage_verdicts) for r in results if not getattr(r, "error", None))
-            rows.append({"workload": workload, "rung": rung, "feature": label, "seconds": round(seconds, 2),
-                         "samples": len(batch), "samples_per_s": len(batch) / seconds,
-                         "questions_per_s": questions / seconds,
-                         "prefill_tok_per_s": prefill / seconds, "forced_tok_per_s": forced / seconds,
-                         "decoded_tok_per_s": decoded / seconds, "prefill_tokens": prefill, "forced_tokens": forced,
-                         "decoded_tokens": decoded, "forward_passes": passes, "stored_tokens": stored,
-                         "prefill_per_sample": prefill / len(batch),
-                         "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
-                         "nan_values": nan_count(results),
-                         "nan_rows": engine.stats.nan_rows if hasattr(engine, "stats") else 0,
-                         "sync_warnings": syncs})
+            rows.append(
+                {
+                    "workload": workload,
+                    "rung": rung,
+                    "feature": label,
+                    "seconds": round(seconds, 2),
+                    "samples": len(batch),
+                    "samples_per_s": len(batch) / seconds,
+                    "questions_per_s": questions / seconds,
+                    "prefill_tok_per_s": prefill / seconds,
+                    "forced_tok_per_s": forced / seconds,
+                    "decoded_tok_per_s": decoded / seconds,
+                    "prefill_tokens": prefill,
+                    "forced_tokens": forced,
+                    "decoded_tokens": decoded,
+                    "forward_passes": passes,
+                    "stored_tokens": stored,
+                    "prefill_per_sample": prefill / len(batch),
+                    "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
+                    "nan_values": nan_count(results),
+                    "nan_rows": engine.stats.nan_rows if hasattr(engine, "stats") else 0,
+                    "sync_warnings": syncs,
+                }
+            )
             markdown, report = write_report(args, cfg, judge, peaks, inputs, rows, outputs, list(ladder))
-            print(f"{workload} rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s, "
-                  f"{prefill / len(batch):.0f} prefill tokens a sample (written)", file=sys.stderr, flush=True)
+            print(
+                f"{workload} rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s, "
+                f"{prefill / len(batch):.0f} prefill tokens a sample (written)",
+                file=sys.stderr,
+                flush=True,
+            )
     print(markdown)
     print(json.dumps(report))
 
@@ -395,6 +520,7 @@ def main() -> None:
 def nan_count(results) -> int:
     """NaN anywhere a verdict's number lands (each stage's P(yes), each claim's and coverage item's P(yes) and
     PMI, the scores): a poisoned attention row shows up here even where the JSON stays valid."""
+
     def nan(v) -> bool:
         return isinstance(v, float) and v != v
 
@@ -404,8 +530,10 @@ def nan_count(results) -> int:
             count += sum(map(nan, audit.get("p_yes") or []))
         for item in (getattr(r, "claims", None) or []) + (getattr(r, "coverage_verdicts", None) or []):
             count += sum(nan(item.get(k)) for k in ("p_supported", "p_answered", "pmi"))
-        count += sum(nan(getattr(r, name, None))
-                     for name in ("score", "alignment", "coverage", "soft_alignment", "soft_coverage"))
+        count += sum(
+            nan(getattr(r, name, None))
+            for name in ("score", "alignment", "coverage", "soft_alignment", "soft_coverage")
+        )
     return count
 
 
@@ -418,18 +546,24 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
     for row in rows:
         done = outputs[row["workload"]]
         # Rungs 7b and 8 judge otherwise (no reasons; other items): no flip rate against rung 0.
-        row["flip_rate_vs_rung0"] = (flip_rate(done["0"], done[row["rung"]])
-                                     if "0" in done and row["rung"] not in ("7b", "8") else None)
+        row["flip_rate_vs_rung0"] = (
+            flip_rate(done["0"], done[row["rung"]]) if "0" in done and row["rung"] not in ("7b", "8") else None
+        )
     # One floor for the standard workload: the least work that gives the same verdicts, i.e. the token and pass
     # counts of the rung that ran the fewest tokens. Every standard rung's time is set against it.
     standard = [r for r in rows if r["workload"] == "standard" and r["rung"] not in ("7b", "8")]
-    least = min(standard, key=lambda r: r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"],
-                default=None)
+    least = min(standard, key=lambda r: r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"], default=None)
     floor_per_sample = None
     if least is not None:
         avg_context = least["prefill_tokens"] / max(1, least["samples"] * (2 + cfg["questions"]))
-        floor = physical_floor(judge, peaks, least["prefill_tokens"] + least["forced_tokens"]
-                               + least["decoded_tokens"], least["decoded_tokens"], least["forward_passes"], avg_context)
+        floor = physical_floor(
+            judge,
+            peaks,
+            least["prefill_tokens"] + least["forced_tokens"] + least["decoded_tokens"],
+            least["decoded_tokens"],
+            least["forward_passes"],
+            avg_context,
+        )
         floor_per_sample = floor / least["samples"]
     for workload in workloads:
         mine = [r for r in rows if r["workload"] == workload]
@@ -437,52 +571,81 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
         for prev, row in zip([None] + mine[:-1], mine):
             row["x_rung0"] = row["samples_per_s"] / base["samples_per_s"] if base else None
             row["x_previous"] = row["samples_per_s"] / prev["samples_per_s"] if prev else None
-            row["prefill_per_sample_vs_rung0"] = (base["prefill_per_sample"] / max(row["prefill_per_sample"], 1e-9)
-                                                  if base else None)
-            row["pct_of_floor"] = (100 * floor_per_sample * row["samples"] / row["seconds"]
-                                   if workload == "standard" and floor_per_sample else None)
+            row["prefill_per_sample_vs_rung0"] = (
+                base["prefill_per_sample"] / max(row["prefill_per_sample"], 1e-9) if base else None
+            )
+            row["pct_of_floor"] = (
+                100 * floor_per_sample * row["samples"] / row["seconds"]
+                if workload == "standard" and floor_per_sample
+                else None
+            )
 
     import importlib.util
 
-    vllm = ("vLLM is importable, but its reference rung is not implemented yet: no vLLM rung was run"
-            if importlib.util.find_spec("vllm") else
-            "vLLM is not importable in this environment: no vLLM reference rung was run")
-    report = {"config": args.config, "settings": cfg, "judge": judge.describe(),
-              "engine": {k: v for k, v in TransformersEngine(judge).describe().items() if k != "judge"},
-              "peaks": peaks,
-              "floor_seconds_per_sample": floor_per_sample, "floor_from_rung": least and least["rung"],
-              "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
-                          "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                          "torch": torch.__version__},
-              "inputs": str(args.data) if args.data.exists() else "bundled demo examples", "rows": rows,
-              "vllm": vllm}
-    table = ["| workload | rung | feature | samples | s | samples/s | questions/s | prefill tok/sample | "
-             "x fewer prefill | decoded tok/s | x rung 0 | x previous | flips vs 0 | % of floor | NaN |",
-             "|" + "---|" * 15]
+    vllm = (
+        "vLLM is importable, but its reference rung is not implemented yet: no vLLM rung was run"
+        if importlib.util.find_spec("vllm")
+        else "vLLM is not importable in this environment: no vLLM reference rung was run"
+    )
+    report = {
+        "config": args.config,
+        "settings": cfg,
+        "judge": judge.describe(),
+        "engine": {k: v for k, v in TransformersEngine(judge).describe().items() if k != "judge"},
+        "peaks": peaks,
+        "floor_seconds_per_sample": floor_per_sample,
+        "floor_from_rung": least and least["rung"],
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+            "torch": torch.__version__,
+        },
+        "inputs": str(args.data) if args.data.exists() else "bundled demo examples",
+        "rows": rows,
+        "vllm": vllm,
+    }
+    table = [
+        "| workload | rung | feature | samples | s | samples/s | questions/s | prefill tok/sample | "
+        "x fewer prefill | decoded tok/s | x rung 0 | x previous | flips vs 0 | % of floor | NaN |",
+        "|" + "---|" * 15,
+    ]
 
     def num(value, form="{:.2f}"):
         return "-" if value is None else form.format(value)
 
     for r in rows:
         flips = "-" if r["flip_rate_vs_rung0"] is None else f"{100 * r['flip_rate_vs_rung0']:.1f}%"
-        table.append(f"| {r['workload']} | {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | "
-                     f"{r['samples_per_s']:.3f} | {r['questions_per_s']:.3f} | {r['prefill_per_sample']:.0f} | "
-                     f"{num(r['prefill_per_sample_vs_rung0'])} | {r['decoded_tok_per_s']:.1f} | "
-                     f"{num(r['x_rung0'])} | {num(r['x_previous'])} | {flips} | {num(r['pct_of_floor'], '{:.1f}%')} | "
-                     f"{r['nan_values'] + (r['nan_rows'] or 0)} |")
+        table.append(
+            f"| {r['workload']} | {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | "
+            f"{r['samples_per_s']:.3f} | {r['questions_per_s']:.3f} | {r['prefill_per_sample']:.0f} | "
+            f"{num(r['prefill_per_sample_vs_rung0'])} | {r['decoded_tok_per_s']:.1f} | "
+            f"{num(r['x_rung0'])} | {num(r['x_previous'])} | {flips} | {num(r['pct_of_floor'], '{:.1f}%')} | "
+            f"{r['nan_values'] + (r['nan_rows'] or 0)} |"
+        )
     syncs = [r for r in rows if r.get("sync_warnings") is not None]
-    sync_note = ("".join(f" Rung {r['rung']} ({r['workload']}): {r['sync_warnings']} synchronising calls warned by "
-                         f"torch.cuda.set_sync_debug_mode over {r['forward_passes']} forward passes." for r in syncs)
-                 if syncs else "")
-    shared_note = (f"The shared workload: {cfg['shared_docs']} documents x {cfg['per_doc']} summaries; its rungs 0 "
-                   f"and 1 run on the first {cfg['shared_reference_samples']} samples (rates are per sample).")
-    markdown = (f"# Throughput ladder, config {args.config}\n\n{len(inputs)} samples, {cfg['questions']} questions, "
-                f"judge {judge.name} ({judge.device}, {judge.dtype}); peaks measured: "
-                f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s, {peaks['bytes_per_s'] / 1e9:.1f} GB/s; workload floor "
-                f"{num(floor_per_sample, '{:.3f}')} s per sample (from rung {least and least['rung']}'s token and "
-                f"pass counts). {shared_note} \"x fewer prefill\": rung 0's prefill tokens per sample over the "
-                f"rung's. NaN: values that came out NaN (P(yes), scores) plus rows the engine failed for NaN logits."
-                f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}.\n")
+    sync_note = (
+        "".join(
+            f" Rung {r['rung']} ({r['workload']}): {r['sync_warnings']} synchronising calls warned by "
+            f"torch.cuda.set_sync_debug_mode over {r['forward_passes']} forward passes."
+            for r in syncs
+        )
+        if syncs
+        else ""
+    )
+    shared_note = (
+        f"The shared workload: {cfg['shared_docs']} documents x {cfg['per_doc']} summaries; its rungs 0 "
+        f"and 1 run on the first {cfg['shared_reference_samples']} samples (rates are per sample)."
+    )
+    markdown = (
+        f"# Throughput ladder, config {args.config}\n\n{len(inputs)} samples, {cfg['questions']} questions, "
+        f"judge {judge.name} ({judge.device}, {judge.dtype}); peaks measured: "
+        f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s, {peaks['bytes_per_s'] / 1e9:.1f} GB/s; workload floor "
+        f"{num(floor_per_sample, '{:.3f}')} s per sample (from rung {least and least['rung']}'s token and "
+        f'pass counts). {shared_note} "x fewer prefill": rung 0\'s prefill tokens per sample over the '
+        f"rung's. NaN: values that came out NaN (P(yes), scores) plus rows the engine failed for NaN logits."
+        f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}.\n"
+    )
     out = args.out or RESULTS / f"throughput_{args.config}"
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")

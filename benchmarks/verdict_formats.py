@@ -15,6 +15,7 @@ human labels, with a bootstrap interval over documents:
                  the text (PMI); also its balanced accuracy at PMI >= 2.0 nats per token, the scorer's default
 Writes benchmarks/results/verdict_formats_<judge>.{json,md}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,11 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydantic import BaseModel, ConfigDict  # noqa: E402
 
-from offline_sumscore import load_judge, prompts, schemas  # noqa: E402
-from offline_sumscore.agreement import balanced_accuracy, roc_auc, with_interval  # noqa: E402
-from offline_sumscore.engine.runner import TransformersEngine  # noqa: E402
+from offline_sumscore import load_judge
+from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, with_interval  # noqa: E402
+from offline_sumscore.core import prompts, schemas  # noqa: E402
+from offline_sumscore.core.stages import StageRequest  # noqa: E402
+from offline_sumscore.engine.executor import TransformersEngine  # noqa: E402
 from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD  # noqa: E402
-from offline_sumscore.stages import StageRequest  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "agreement"
@@ -47,23 +49,45 @@ def checks(which: str) -> list[tuple[str, str, str, bool]]:
     """(document, text, statement, human yes) for every verdict of a data set."""
     items = [json.loads(line) for line in (DATA / f"{which}.jsonl").open()]
     if which.startswith("frank"):
-        return [(i["doc_id"], i["source"], s, not e) for i in items
-                for s, e in zip(i["sentences"], i["human"]["sentence_error_majority"])]
-    return [(i["id"], i["summary"], f, bool(p)) for i in items
-            for f, p in zip(i["keyfacts"], i["human"]["keyfact_present_majority"])]
+        return [
+            (i["doc_id"], i["source"], s, not e)
+            for i in items
+            for s, e in zip(i["sentences"], i["human"]["sentence_error_majority"])
+        ]
+    return [
+        (i["id"], i["summary"], f, bool(p))
+        for i in items
+        for f, p in zip(i["keyfacts"], i["human"]["keyfact_present_majority"])
+    ]
 
 
 def requests(fmt: str, text: str, statement: str) -> list[StageRequest]:
     if fmt == "likelihood":
-        return [StageRequest("t", "support", tuple(prompts.likelihood_prompt(text, style="bare")), schemas.Likelihood,
-                             continuation=statement),
-                StageRequest("b", "baseline", tuple(prompts.likelihood_prompt("", style="bare")), schemas.Likelihood,
-                             continuation=statement)]
+        return [
+            StageRequest(
+                "t",
+                "support",
+                tuple(prompts.likelihood_prompt(text, style="bare")),
+                schemas.Likelihood,
+                continuation=statement,
+            ),
+            StageRequest(
+                "b",
+                "baseline",
+                tuple(prompts.likelihood_prompt("", style="bare")),
+                schemas.Likelihood,
+                continuation=statement,
+            ),
+        ]
     style = "full" if fmt == "yes-no full" else "bare"
     messages = prompts.statement_prompt(text, statement, style=style)
     if fmt == "json boolean":
-        messages[-1] = dict(messages[-1], content=messages[-1]["content"].replace(
-            "Answer Yes or No.", 'Reply with JSON: {"supported": true} or {"supported": false}.'))
+        messages[-1] = dict(
+            messages[-1],
+            content=messages[-1]["content"].replace(
+                "Answer Yes or No.", 'Reply with JSON: {"supported": true} or {"supported": false}.'
+            ),
+        )
         return [StageRequest("t", "support", tuple(messages), JsonVerdict, verdict_choice=("t", "f"))]
     return [StageRequest("t", "support", tuple(messages), schemas.yes_no_verdict(None), verdict_choice=("Y", "N"))]
 
@@ -75,18 +99,25 @@ def measure(engine: TransformersEngine, which: str, fmt: str) -> dict:
     reqs = [r for _, text, statement, _ in rows for r in requests(fmt, text, statement)]
     out = []
     for at in range(0, len(reqs), 64 * width):  # waves of 64 verdicts, as a bulk chunk sends them
-        out += engine.run(reqs[at:at + 64 * width])
+        out += engine.run(reqs[at : at + 64 * width])
     failed = sum(not r.ok for r in out)
     if fmt == "likelihood":
-        scores = [a.value.mean_logprob - b.value.mean_logprob if a.ok and b.ok else None
-                  for a, b in zip(out[::2], out[1::2])]
+        scores = [
+            a.value.mean_logprob - b.value.mean_logprob if a.ok and b.ok else None for a, b in zip(out[::2], out[1::2])
+        ]
     else:
         scores = [r.choice_probs[0] if r.ok and r.choice_probs else None for r in out]
     truth, docs = [r[3] for r in rows], [r[0] for r in rows]
-    result = {"verdicts": len(rows), "failed": failed, "seconds": round(time.perf_counter() - started, 1),
-              "auc": with_interval(roc_auc, truth, scores, docs),
-              "share_yes": sum(1 for s in scores if s is not None and s >= (LIKELIHOOD_THRESHOLD if fmt ==
-                                                                               "likelihood" else 0.5)) / len(rows)}
+    result = {
+        "verdicts": len(rows),
+        "failed": failed,
+        "seconds": round(time.perf_counter() - started, 1),
+        "auc": with_interval(roc_auc, truth, scores, docs),
+        "share_yes": sum(
+            1 for s in scores if s is not None and s >= (LIKELIHOOD_THRESHOLD if fmt == "likelihood" else 0.5)
+        )
+        / len(rows),
+    }
     if fmt == "likelihood":
         hard = [None if s is None else s >= LIKELIHOOD_THRESHOLD for s in scores]
         result["balanced_accuracy_at_threshold"] = with_interval(balanced_accuracy, truth, hard, docs)
@@ -105,21 +136,30 @@ def main() -> None:
     for which in args.data.split(","):
         for fmt in args.formats.split(","):
             report["results"][f"{which} | {fmt}"] = got = measure(engine, which, fmt)
-            print(f"{which} | {fmt}: AUC {got['auc']['value']:.3f} {got['auc']['ci']} ({got['seconds']} s)",
-                  file=sys.stderr, flush=True)
-    lines = [f"# Verdict formats, judge {judge.name} ({judge.device}, {judge.dtype})", "",
-             "ROC AUC of the judge's P(yes) (likelihood: PMI) against the human labels, 95% bootstrap interval over "
-             "documents; 0.5 is chance. Share of yes: at P >= 0.5 (likelihood: PMI >= "
-             f"{LIKELIHOOD_THRESHOLD}).", "",
-             "| data | format | verdicts | ROC AUC | share of yes | balanced accuracy at the threshold | seconds |",
-             "|---|---|---|---|---|---|---|"]
+            print(
+                f"{which} | {fmt}: AUC {got['auc']['value']:.3f} {got['auc']['ci']} ({got['seconds']} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    lines = [
+        f"# Verdict formats, judge {judge.name} ({judge.device}, {judge.dtype})",
+        "",
+        "ROC AUC of the judge's P(yes) (likelihood: PMI) against the human labels, 95% bootstrap interval over "
+        "documents; 0.5 is chance. Share of yes: at P >= 0.5 (likelihood: PMI >= "
+        f"{LIKELIHOOD_THRESHOLD}).",
+        "",
+        "| data | format | verdicts | ROC AUC | share of yes | balanced accuracy at the threshold | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, got in report["results"].items():
         which, fmt = key.split(" | ")
         auc, ba = got["auc"], got.get("balanced_accuracy_at_threshold")
         ci = f" [{auc['ci'][0]:.2f}, {auc['ci'][1]:.2f}]" if auc["ci"] else ""
         ba_text = f"{ba['value']:.3f} [{ba['ci'][0]:.2f}, {ba['ci'][1]:.2f}]" if ba and ba["ci"] else "-"
-        lines.append(f"| {which} | {fmt} | {got['verdicts']} | {auc['value']:.3f}{ci} | {got['share_yes']:.2f} | "
-                     f"{ba_text} | {got['seconds']} |")
+        lines.append(
+            f"| {which} | {fmt} | {got['verdicts']} | {auc['value']:.3f}{ci} | {got['share_yes']:.2f} | "
+            f"{ba_text} | {got['seconds']} |"
+        )
     markdown = "\n".join(lines) + "\n"
     name = Path(args.model).name if args.model else "embedded"
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,3 @@
-from .cli import main
+from offline_sumscore.cli import main
 
 main()

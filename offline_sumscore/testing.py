@@ -1,21 +1,29 @@
 """pytest helpers: assert that a summary scores well enough, and fail with the reason and the verdicts behind it.
 
-    from offline_sumscore.testing import assert_summary
+from offline_sumscore.testing import assert_summary
 
-    def test_my_summarizer():
-        assert_summary(document, my_summarizer(document), min_score=0.7)
+def test_my_summarizer():
+    assert_summary(document, my_summarizer(document), min_score=0.7)
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-from .scorers import SummarizationScorer
+from offline_sumscore.scorers import SummarizationScorer
 
 _scorers: dict[Any, SummarizationScorer] = {}  # one loaded judge per model across a test session
 
 
-def assert_summary(source: str, summary: str, *, min_score: float = 0.7, model: Any = None,
-                   scorer: SummarizationScorer | None = None, **options):
+def assert_summary(
+    source: str,
+    summary: str,
+    *,
+    min_score: float = 0.7,
+    model: Any = None,
+    scorer: SummarizationScorer | None = None,
+    **options,
+):
     """Score with the two-axis metric; raise AssertionError naming the score, the reason, the unsupported claims and
     the unanswered questions when the score (on 0..1) is below min_score. Returns the result otherwise."""
     if scorer is None:
@@ -25,9 +33,15 @@ def assert_summary(source: str, summary: str, *, min_score: float = 0.7, model: 
     value = result.score / scorer.scale
     if value < min_score:
         lines = [f"summary scored {value:.2f} < {min_score:.2f}: {result.reason or ''}"]
-        lines += [f"  unsupported claim: {c['claim']}" + (f" ({c['reason']})" if c.get("reason") else "")
-                  for c in result.claims if not c["supported"]]
-        lines += [f"  unanswered question: {q}" for q, v in zip(result.questions, result.coverage_verdicts)
-                  if not v["answered"]]
+        lines += [
+            f"  unsupported claim: {c['claim']}" + (f" ({c['reason']})" if c.get("reason") else "")
+            for c in result.claims
+            if not c["supported"]
+        ]
+        lines += [
+            f"  unanswered question: {q}"
+            for q, v in zip(result.questions, result.coverage_verdicts)
+            if not v["answered"]
+        ]
         raise AssertionError("\n".join(lines))
     return result

@@ -1,4 +1,5 @@
 """Shared fixtures. Every test runs offline: no hub, whatever the environment says."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,10 @@ import pytest
 
 from offline_sumscore.engine.scripted import ScriptedEngine
 
-SOURCE = ("The city council of Lindford voted on Tuesday to build a new public library on Mill Street. "
-          "Construction will begin in March and cost 4 million pounds.")
+SOURCE = (
+    "The city council of Lindford voted on Tuesday to build a new public library on Mill Street. "
+    "Construction will begin in March and cost 4 million pounds."
+)
 SUMMARY = "Lindford will build a library on Mill Street for 4 million pounds."
 
 # One scripted two-axis exchange (a brought judge's design: atomic claims, questions, yes-no verdicts): three claims,
@@ -47,7 +50,7 @@ def scripted():
 @pytest.fixture(scope="session")
 def judge():
     """The real embedded judge, converted once by `make setup`. Fails loudly, never skips, when it is missing."""
-    from offline_sumscore.judge import load_judge
+    from offline_sumscore.engine.judge import load_judge
 
     return load_judge()
 

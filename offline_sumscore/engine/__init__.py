@@ -7,11 +7,13 @@ the driver hand over work the moment it exists (a sample's next wave as soon as 
 while others run) and get each answer the moment it is ready: TransformersEngine streams natively; any other engine
 is streamed in waves (stream_in_waves), which is exactly the old behaviour of one run() call per wave.
 """
+
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
-from ..stages import StageRequest, StageResult
+from offline_sumscore.core.stages import StageRequest, StageResult
 
 
 class Engine(Protocol):

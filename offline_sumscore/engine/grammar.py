@@ -1,4 +1,5 @@
-"""Schema (or a TextOutput's Lark grammar) -> grammar, for a given judge's tokenizer: one matcher per row, masks for a whole batch.
+"""Schema (or a TextOutput's Lark grammar) -> grammar, for a given judge's tokenizer: one matcher per row, masks for
+a whole batch.
 
 Backend: outlines' llguidance backend (its tokenizer adapter and grammar compiler). It computes each token mask
 lazily from the grammar, so building a schema's grammar costs microseconds and no memory per state. outlines_core
@@ -13,6 +14,7 @@ and the JSON skeleton becomes forced tokens the engine inserts without decoding.
 
 The grammar is built once per schema and kept; each row gets its own matcher, so rows never share state.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +25,9 @@ BACKEND = "llguidance"
 COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
-class GrammarCache:
+class GrammarCompiler:
+    """Compiles each schema once per judge (through outlines' llguidance backend) and hands out fresh matchers."""
+
     def __init__(self, hf_model: Any, hf_tokenizer: Any):
         import outlines
         from outlines.backends.llguidance import LLGuidanceBackend

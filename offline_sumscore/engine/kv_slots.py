@@ -18,6 +18,7 @@ keep their slot until compact() gathers the live rows to the front. Buffers grow
 Masked columns hold zeros or old finite values, never uninitialised memory: a masked key gets weight 0, but 0 x NaN
 is NaN, so a NaN there would poison every row that reads the slot's value.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,7 +39,7 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
 class _SlotLayer(DynamicLayer):
     """One decoder layer's view of the shared buffers."""
 
-    def __init__(self, slots: "KVSlots", index: int):
+    def __init__(self, slots: KVSlots, index: int):
         super().__init__()
         self.slots, self.index = slots, index
         self.is_initialized = True
@@ -46,7 +47,7 @@ class _SlotLayer(DynamicLayer):
     @property
     def keys(self):  # transformers reads layer.keys in a few helpers; the committed window
         s = self.slots
-        return s.key_buffers[self.index][:s.rows, :, s.start:s.end]
+        return s.key_buffers[self.index][: s.rows, :, s.start : s.end]
 
     @keys.setter
     def keys(self, value):  # DynamicLayer.__init__/reset assign; the buffers are the slots' own
@@ -55,7 +56,7 @@ class _SlotLayer(DynamicLayer):
     @property
     def values(self):
         s = self.slots
-        return s.value_buffers[self.index][:s.rows, :, s.start:s.end]
+        return s.value_buffers[self.index][: s.rows, :, s.start : s.end]
 
     @values.setter
     def values(self, value):
@@ -65,12 +66,14 @@ class _SlotLayer(DynamicLayer):
         s = self.slots
         w = key_states.shape[2]
         if w != s.pending or key_states.shape[0] != s.rows:
-            raise RuntimeError(f"KVSlots: layer {self.index} got {key_states.shape[0]} rows x {w} columns, "
-                               f"expected {s.rows} x {s.pending} (call begin() before the pass)")
+            raise RuntimeError(
+                f"KVSlots: layer {self.index} got {key_states.shape[0]} rows x {w} columns, "
+                f"expected {s.rows} x {s.pending} (call begin() before the pass)"
+            )
         k, v = s.key_buffers[self.index], s.value_buffers[self.index]
-        k[:s.rows, :, s.end:s.end + w] = key_states
-        v[:s.rows, :, s.end:s.end + w] = value_states
-        return k[:s.rows, :, s.start:s.end + w], v[:s.rows, :, s.start:s.end + w]
+        k[: s.rows, :, s.end : s.end + w] = key_states
+        v[: s.rows, :, s.end : s.end + w] = value_states
+        return k[: s.rows, :, s.start : s.end + w], v[: s.rows, :, s.start : s.end + w]
 
     def get_seq_length(self) -> int:
         return self.slots.width
@@ -118,7 +121,7 @@ class KVSlots(Cache):
 
     @property
     def mask(self) -> torch.Tensor:
-        return self.mask_buffer[:self.rows, self.start:self.end]
+        return self.mask_buffer[: self.rows, self.start : self.end]
 
     @property
     def capacity(self) -> tuple[int, int]:
@@ -136,8 +139,8 @@ class KVSlots(Cache):
         n, w = self.rows, self.width
         if n and w:
             for new, old in zip(keys + values, self.key_buffers + self.value_buffers):
-                new[:n, :, left:left + w] = old[:n, :, self.start:self.end]
-            mask[:n, left:left + w] = self.mask_buffer[:n, self.start:self.end]
+                new[:n, :, left : left + w] = old[:n, :, self.start : self.end]
+            mask[:n, left : left + w] = self.mask_buffer[:n, self.start : self.end]
         self.key_buffers, self.value_buffers, self.mask_buffer = keys, values, mask
         self.start, self.end = left, left + w
         self.reallocations += 1
@@ -165,13 +168,14 @@ class KVSlots(Cache):
         self.reserve(rows, w)
         if device_mask is None:
             device_mask = torch.from_numpy(new_mask).to(self.device)
-        self.mask_buffer[:rows, self.end:self.end + w] = device_mask
+        self.mask_buffer[:rows, self.end : self.end + w] = device_mask
         self.pending = w
         width, host = self.width, new_mask
         seen, at = host.any(axis=1), host.argmax(axis=1)
-        self._pending_first = [f if f is not None or not seen[r] else width + int(at[r])
-                               for r, f in enumerate(self.first)]
-        return self.mask_buffer[:rows, self.start:self.end + w]
+        self._pending_first = [
+            f if f is not None or not seen[r] else width + int(at[r]) for r, f in enumerate(self.first)
+        ]
+        return self.mask_buffer[:rows, self.start : self.end + w]
 
     def commit(self) -> None:
         if self.pending:
@@ -187,7 +191,7 @@ class KVSlots(Cache):
     def add_rows(self, n: int) -> None:
         """n new rows with nothing attended yet (a fresh cache's rows, before their first pass)."""
         self.reserve(self.rows + n)
-        self.mask_buffer[self.rows:self.rows + n, self.start:self.end] = 0
+        self.mask_buffer[self.rows : self.rows + n, self.start : self.end] = 0
         self.rows += n
         self.first += [None] * n
 
@@ -198,26 +202,26 @@ class KVSlots(Cache):
         if self.width and n:
             at = to_device(torch.tensor(index, dtype=torch.long), self.device)
             for buf in self.key_buffers + self.value_buffers:
-                buf[:n, :, self.start:self.end] = buf[:, :, self.start:self.end].index_select(0, at)
-            self.mask_buffer[:n, self.start:self.end] = self.mask_buffer[:, self.start:self.end].index_select(0, at)
+                buf[:n, :, self.start : self.end] = buf[:, :, self.start : self.end].index_select(0, at)
+            self.mask_buffer[:n, self.start : self.end] = self.mask_buffer[:, self.start : self.end].index_select(0, at)
         self.rows = n
         self.first = [self.first[i] for i in index]
 
-    def join(self, other: "KVSlots") -> None:
+    def join(self, other: KVSlots) -> None:
         """Append other's rows; the narrower window is left-padded with masked columns."""
         m, a, b = other.rows, self.width, other.width
         extra = max(0, b - a)
         self.reserve(self.rows + m, 0, left=extra)
         if extra:  # the old rows gain masked columns on the left (they may hold stale mask bits from a trim)
-            self.mask_buffer[:self.rows, self.start - extra:self.start] = 0
+            self.mask_buffer[: self.rows, self.start - extra : self.start] = 0
             self.start -= extra
             self.first = [f + extra if f is not None else None for f in self.first]
         w = self.width
         rows = slice(self.rows, self.rows + m)
-        self.mask_buffer[rows, self.start:self.end - b] = 0
-        self.mask_buffer[rows, self.end - b:self.end] = other.mask
+        self.mask_buffer[rows, self.start : self.end - b] = 0
+        self.mask_buffer[rows, self.end - b : self.end] = other.mask
         for mine, theirs in zip(self.key_buffers + self.value_buffers, other.key_buffers + other.value_buffers):
-            mine[rows, :, self.end - b:self.end] = theirs[:m, :, other.start:other.end]
+            mine[rows, :, self.end - b : self.end] = theirs[:m, :, other.start : other.end]
         self.rows += m
         self.first += [w - b + f if f is not None else None for f in other.first]
 
@@ -230,27 +234,28 @@ class KVSlots(Cache):
     def row_kv(self, row: int, columns: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of one row's keys and values at the given window columns, per layer ([1, heads, n, dim])."""
         at = columns + self.start
-        return [(k[row:row + 1, :, at].clone(), v[row:row + 1, :, at].clone())
-                for k, v in zip(self.key_buffers, self.value_buffers)]
+        return [
+            (k[row : row + 1, :, at].clone(), v[row : row + 1, :, at].clone())
+            for k, v in zip(self.key_buffers, self.value_buffers)
+        ]
 
     def write_row(self, row: int, kv: list, n: int) -> None:
         """Stored keys and values of n tokens into the last n columns of a row's window."""
         for k, v, (k0, v0) in zip(self.key_buffers, self.value_buffers, kv):
-            k[row, :, self.end - n:self.end] = k0[0, :, :n]
-            v[row, :, self.end - n:self.end] = v0[0, :, :n]
-        self.mask_buffer[row, self.end - n:self.end] = 1
+            k[row, :, self.end - n : self.end] = k0[0, :, :n]
+            v[row, :, self.end - n : self.end] = v0[0, :, :n]
+        self.mask_buffer[row, self.end - n : self.end] = 1
         at = self.width - n
         self.first[row] = at if self.first[row] is None else min(self.first[row], at)
 
     def open_columns(self, n: int) -> None:
         """Widen the window by n masked columns (room for stored prefixes written by write_row)."""
         self.reserve(self.rows, n)
-        self.mask_buffer[:self.rows, self.end:self.end + n] = 0
+        self.mask_buffer[: self.rows, self.end : self.end + n] = 0
         self.end += n
 
 
-def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None,
-                       **kwargs):
+def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
     """scaled_dot_product_attention for grouped-query models without expanding the keys and values.
 
     transformers' SDPA path repeats every layer's keys and values once per query head of a group whenever a mask
@@ -268,8 +273,9 @@ def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, s
         query = query.reshape(rows, kv_heads, group * queries, dim)
         if mask is not None:
             mask = mask.expand(mask.shape[0], 1, queries, keys).repeat(1, 1, group, 1)
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
-                                                           scale=scaling)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling
+    )
     out = out.reshape(rows, heads, queries, dim).transpose(1, 2).contiguous()
     return out, None
 

@@ -13,6 +13,7 @@ Yes/No verdicts (schemas.YesNoVerdict) are asked as plain text, without response
 must be yes or no. Likelihood verdicts need the judge's token probabilities, which a chat API does not give: such a
 request fails loudly, and the scorer's verdicts="yes-no" is the way to use a served judge.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,19 +22,21 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
-from ..errors import UsageError
-from ..schemas import TextOutput, max_json_chars, parse_output
-from ..stages import StageRequest, StageResult
+from offline_sumscore.core.errors import Failure, UsageError, check_count
+from offline_sumscore.core.schemas import TextOutput, max_json_chars, parse_output
+from offline_sumscore.core.stages import StageRequest, StageResult
 
 SCHEMA_MODE = "server json_schema (response_format)"
 PROMPT_MODE = "schema in the prompt, output validated here"
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 _VERDICT_WORD = re.compile(r"\s*(yes|no)\b[.!,:;]?\s*", re.IGNORECASE)
-NO_LIKELIHOODS = ("a served judge gives no token likelihoods, so it cannot give likelihood verdicts; score with "
-                  "verdicts=\"yes-no\" (--verdicts yes-no)")
+NO_LIKELIHOODS = (
+    "a served judge gives no token likelihoods, so it cannot give likelihood verdicts; score with "
+    'verdicts="yes-no" (--verdicts yes-no)'
+)
 
 
 class ServerError(Exception):
@@ -43,12 +46,20 @@ class ServerError(Exception):
 
 
 class ServedEngine:
-    def __init__(self, base_url: str, model: str, *, concurrency: int = 4, timeout: float = 120.0,
-                 retries: int = 3, api_key: str | None = None, context_length: int | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        concurrency: int = 4,
+        timeout: float = 120.0,
+        retries: int = 3,
+        api_key: str | None = None,
+        context_length: int | None = None,
+    ):
         if not base_url.startswith(("http://", "https://")):
             raise UsageError(f"--judge-url must start with http:// or https://; given {base_url}")
-        if concurrency < 1:
-            raise UsageError(f"concurrency must be >= 1. Given: {concurrency}")
+        check_count("concurrency", concurrency)
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.concurrency, self.timeout, self.retries = model, concurrency, timeout, retries
         self.api_key, self.context_length = api_key, context_length
@@ -58,10 +69,20 @@ class ServedEngine:
         self.requests_sent = 0
 
     def describe(self) -> dict:
-        return {"engine": "openai-compatible server", "url": self.url, "concurrency": self.concurrency,
-                "timeout_s": self.timeout, "structured_output": self.mode, "structured_output_why": self.mode_reason,
-                "judge": {"name": self.model, "identity": f"served:{self.url}:{self.model}", "dtype": None,
-                          "device": "server"}}
+        return {
+            "engine": "openai-compatible server",
+            "url": self.url,
+            "concurrency": self.concurrency,
+            "timeout_s": self.timeout,
+            "structured_output": self.mode,
+            "structured_output_why": self.mode_reason,
+            "judge": {
+                "name": self.model,
+                "identity": f"served:{self.url}:{self.model}",
+                "dtype": None,
+                "device": "server",
+            },
+        }
 
     def spare_tokens(self, request: StageRequest) -> int | None:
         if self.context_length is None:
@@ -83,12 +104,14 @@ class ServedEngine:
     def _one(self, request: StageRequest) -> StageResult:
         started = time.perf_counter()
         if request.continuation is not None:
-            return StageResult(request=request, value=None, raw_output="", error=NO_LIKELIHOODS, error_kind="model")
+            return StageResult(
+                request=request, value=None, raw_output="", error=NO_LIKELIHOODS, error_kind=Failure.MODEL
+            )
         if issubclass(request.schema, TextOutput):
             return self._ask(request, "plain text, parsed here", started)
         mode = self.mode
         result = self._ask(request, mode, started)
-        if mode == SCHEMA_MODE and result.error_kind in ("schema", "rejected"):
+        if mode == SCHEMA_MODE and result.error_kind in (Failure.SCHEMA, Failure.REJECTED):
             self._fall_back(result)
             result = self._ask(request, PROMPT_MODE, started)
         return result
@@ -97,8 +120,10 @@ class ServedEngine:
         with self._lock:
             if self.mode == SCHEMA_MODE:
                 self.mode = PROMPT_MODE
-                self.mode_reason = (f"the server did not enforce response_format json_schema ({result.error}); "
-                                    f"fell back to the schema in the prompt, with every output validated")
+                self.mode_reason = (
+                    f"the server did not enforce response_format json_schema ({result.error}); "
+                    f"fell back to the schema in the prompt, with every output validated"
+                )
                 import sys
 
                 print(f"offline_sumscore: {self.url}: {self.mode_reason}", file=sys.stderr)
@@ -110,18 +135,22 @@ class ServedEngine:
         if issubclass(request.schema, TextOutput):
             pass  # the prompt asks for the plain answer; the reply is parsed below
         elif mode == SCHEMA_MODE:
-            body["response_format"] = {"type": "json_schema",
-                                       "json_schema": {"name": request.stage, "schema": schema, "strict": True}}
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": request.stage, "schema": schema, "strict": True},
+            }
         else:
-            messages[-1]["content"] += ("\n\nReply with one JSON object only, no other text, valid against this "
-                                        f"JSON schema:\n{json.dumps(schema)}")
+            messages[-1]["content"] += (
+                "\n\nReply with one JSON object only, no other text, valid against this "
+                f"JSON schema:\n{json.dumps(schema)}"
+            )
         prompt = "\n\n".join(f"[{m['role']}]\n{m['content']}" for m in messages)
         result = StageResult(request=request, value=None, raw_output="", prompt=prompt, cap=body["max_tokens"])
         try:
             reply = self._post(body)
         except ServerError as exc:
             rejected = exc.status == 400 and "response_format" in str(exc) and mode == SCHEMA_MODE
-            result.error_kind, result.error = ("rejected" if rejected else "model"), str(exc)
+            result.error_kind, result.error = (Failure.REJECTED if rejected else Failure.MODEL), str(exc)
             result.seconds = time.perf_counter() - started
             return result
         choice = (reply.get("choices") or [{}])[0]
@@ -133,18 +162,21 @@ class ServedEngine:
         try:
             if issubclass(request.schema, TextOutput):
                 word = _VERDICT_WORD.match(text)
-                rest = text[word.end():] if word else text
-                text = f"{word.group(1).capitalize()}\nReason: {rest}" if word and rest else (
-                    word.group(1).capitalize() if word else text)
+                rest = text[word.end() :] if word else text
+                text = (
+                    f"{word.group(1).capitalize()}\nReason: {rest}"
+                    if word and rest
+                    else (word.group(1).capitalize() if word else text)
+                )
                 result.value = parse_output(request.schema, text)
             else:
                 result.value = request.schema.model_validate_json(_FENCE.sub("", text))
         except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError and JSON errors alike
             if choice.get("finish_reason") == "length" and mode == PROMPT_MODE:
-                result.error_kind = "cap"
+                result.error_kind = Failure.CAP
                 result.error = f"hit the {body['max_tokens']}-token cap before the JSON closed; raw output kept"
             else:
-                result.error_kind = "schema"
+                result.error_kind = Failure.SCHEMA
                 result.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
         return result
 
@@ -167,8 +199,9 @@ class ServedEngine:
                     raise ServerError(f"{self.url} answered HTTP {exc.code}: {detail}", exc.code) from None
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
                 if attempt == self.retries:
-                    raise ServerError(f"{self.url} could not be reached after {self.retries + 1} tries: "
-                                      f"{getattr(exc, 'reason', exc)}") from None
+                    raise ServerError(
+                        f"{self.url} could not be reached after {self.retries + 1} tries: {getattr(exc, 'reason', exc)}"
+                    ) from None
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")

@@ -5,15 +5,17 @@ a call in which the engine itself raised (a model or device error) is rerun once
 (output that does not validate, a prompt that leaves no room, out of memory alone) would fail the same way again
 under greedy decoding, so it is not retried. The retried result keeps the first attempt's audit.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Sequence
 
-from ..stages import StageRequest, StageResult
-from . import EngineLayer, Feed, stream_in_waves
+from offline_sumscore.core.errors import Failure
+from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.engine import EngineLayer, Feed, stream_in_waves
 
-RETRIED = ("cap", "model")
+RETRIED = (Failure.CAP, Failure.MODEL)
 
 
 class RetryingEngine(EngineLayer):
@@ -43,17 +45,17 @@ class RetryingEngine(EngineLayer):
     def _attempt(self, requests: Sequence[StageRequest]) -> list[StageResult]:
         try:
             return self.inner.run(requests)
-        except AssertionError:  # a test's scripted engine ran out of replies: a bug in the test, not the judge
-            raise
         except Exception as exc:  # noqa: BLE001 - recorded in every row of the call, then retried once
             message = engine_raised(exc)
-            return [StageResult(request=r, value=None, raw_output="", error=message, error_kind="model")
-                    for r in requests]
+            return [
+                StageResult(request=r, value=None, raw_output="", error=message, error_kind=Failure.MODEL)
+                for r in requests
+            ]
 
 
 def second_try(request: StageRequest, first: StageResult) -> StageRequest:
     """What a failed request is asked again as: with twice the cap if it hit its cap, else as it was."""
-    return replace(request, max_new_tokens=2 * first.cap) if first.error_kind == "cap" and first.cap else request
+    return replace(request, max_new_tokens=2 * first.cap) if first.error_kind == Failure.CAP and first.cap else request
 
 
 def engine_raised(exc: Exception) -> str:

@@ -1,17 +1,18 @@
 """What the engine runs next, decided without touching the model: rows, units, the running batch, admission under
 the row cap and the token budget, preemption, and the prefix store.
 
-The runner (runner.py) executes what this module decides: forward passes, grammar masks, reading verdicts. Every
+The executor (executor.py) carries out what this module decides: forward passes, grammar masks, reading verdicts. Every
 decision here depends on the requests and the settings alone, never on timing, so a rerun forms the same batches
 and gives the same rows.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stages import StageRequest
+from offline_sumscore.core.stages import StageRequest
 
 MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
 STORE_BLOCK = 16  # tokens per node of the prefix store's tree
@@ -63,9 +64,9 @@ class Unit:
     prefix: list[int]  # prefilled once, then forked into one row per request
 
     @classmethod
-    def alone(cls, row: Row) -> "Unit":
+    def alone(cls, row: Row) -> Unit:
         """A row with no prefix to share: everything before the tokens it must feed is prefilled as its prefix."""
-        return cls([row], row.prompt_ids[:row.feed_from])
+        return cls([row], row.prompt_ids[: row.feed_from])
 
     @property
     def cost(self) -> int:  # tokens this unit will hold in the cache, padding aside
@@ -76,6 +77,7 @@ class Unit:
 class Batch:
     """The running batch: its rows and their KV slots (keys, values and attention mask; row i of the mask is row i
     of every layer, see kv_slots.py)."""
+
     cache: Any = None  # KVSlots
     rows: list[Row] = field(default_factory=list)
 
@@ -135,7 +137,7 @@ class Scheduler:
                 units.extend(Unit.alone(r) for r in part)
             else:
                 # A unit never holds more rows than a batch may: split it, each piece prefilling the prefix.
-                units.extend(Unit(part[k:k + self.max_rows], prefix) for k in range(0, len(part), self.max_rows))
+                units.extend(Unit(part[k : k + self.max_rows], prefix) for k in range(0, len(part), self.max_rows))
         return sorted(units, key=lambda u: u.cost, reverse=True)
 
     def schedule(self, batch: Batch) -> list[Unit]:
@@ -146,7 +148,9 @@ class Scheduler:
         chosen: list[Unit] = []
         while self.waiting:
             unit = self.waiting[0]
-            if (used + unit.cost > self.token_budget or rows + len(unit.rows) > self.max_rows) and (batch.rows or chosen):
+            if (used + unit.cost > self.token_budget or rows + len(unit.rows) > self.max_rows) and (
+                batch.rows or chosen
+            ):
                 break
             chosen.append(self.waiting.pop(0))
             used += unit.cost
@@ -205,7 +209,7 @@ class PrefixStore:
         """The stored keys and values of the longest prefix of tokens found (sliced to it), and its length."""
         kids, node = self.root, None
         for at in range(0, len(tokens) - STORE_BLOCK + 1, STORE_BLOCK):
-            child = kids.get(tuple(tokens[at:at + STORE_BLOCK]))
+            child = kids.get(tuple(tokens[at : at + STORE_BLOCK]))
             if child is None:
                 break
             node, kids = child, child["kids"]
@@ -230,9 +234,10 @@ class PrefixStore:
         key, self._next = self._next, self._next + 1
         path, kids = [], self.root
         for at in range(0, len(tokens) - STORE_BLOCK + 1, STORE_BLOCK):
-            node = kids.setdefault(key_tokens[at:at + STORE_BLOCK], {"ids": set(), "ends": set(), "kids": {},
-                                                                      "up": kids,
-                                                                      "block": key_tokens[at:at + STORE_BLOCK]})
+            node = kids.setdefault(
+                key_tokens[at : at + STORE_BLOCK],
+                {"ids": set(), "ends": set(), "kids": {}, "up": kids, "block": key_tokens[at : at + STORE_BLOCK]},
+            )
             node["ids"].add(key)
             path.append(node)
             kids = node["kids"]
@@ -241,7 +246,7 @@ class PrefixStore:
         for node in path:
             for other in list(node["ends"]):
                 old = self.entries[other]
-                if len(old.tokens) < len(key_tokens) and key_tokens[:len(old.tokens)] == old.tokens:
+                if len(old.tokens) < len(key_tokens) and key_tokens[: len(old.tokens)] == old.tokens:
                     self._drop(other)
         path[-1]["ends"].add(key)
         self.entries[key] = _Entry(key_tokens, kv, path)
@@ -269,7 +274,7 @@ def common_prefix(seqs: list[list[int]], limit: int) -> list[int]:
     for k in range(max(n, 0)):
         if any(s[k] != first[k] for s in seqs[1:]):
             return first[:k]
-    return first[:max(n, 0)]
+    return first[: max(n, 0)]
 
 
 def split_by_prefix(rows: list[Row]) -> list[list[Row]]:

@@ -4,16 +4,19 @@ For tests of metric arithmetic and pipelines, and for examples: the replies are 
 arithmetic test can fail. It validates each reply against the request's schema exactly as the real engine
 does, so a scripted reply that breaks the schema becomes a failed stage, as a real one would.
 """
+
 from __future__ import annotations
 
 import json
 from collections import defaultdict, deque
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
-from ..schemas import parse_output
-from ..stages import StageRequest, StageResult
+from offline_sumscore.core.errors import Failure
+from offline_sumscore.core.schemas import parse_output
+from offline_sumscore.core.stages import StageRequest, StageResult
 
 
 class Truncated(str):
@@ -22,6 +25,12 @@ class Truncated(str):
 
 class Raises(str):
     """A scripted reply that makes the whole run() call raise, as a device or model error would."""
+
+
+class ScriptExhausted(BaseException):
+    """A request came for which no reply was queued: the script is wrong, not the judge. A BaseException, as
+    KeyboardInterrupt is, so that no layer that records and retries a failing engine call takes it for the judge's
+    failure: it ends the run where it happened."""
 
 
 class ScriptedEngine:
@@ -35,7 +44,7 @@ class ScriptedEngine:
         for stage, items in (replies or {}).items():
             self.enqueue(stage, *items)
 
-    def enqueue(self, stage: str, *replies: Any) -> "ScriptedEngine":
+    def enqueue(self, stage: str, *replies: Any) -> ScriptedEngine:
         """Queue replies for a stage: dicts (dumped to JSON) or raw strings (used as the model's text: "Yes", "No" or
         "No\nReason: ..." for a yes-no verdict; a likelihood reply is {"mean_logprob": -1.5, "tokens": 6})."""
         self.queues[stage].extend(r if isinstance(r, str) else json.dumps(r) for r in replies)
@@ -57,22 +66,29 @@ class ScriptedEngine:
         for req in requests:
             self.requests.append(req)
             if not self.queues[req.stage]:
-                raise AssertionError(f"ScriptedEngine has no reply queued for stage {req.stage!r}")
+                raise ScriptExhausted(f"ScriptedEngine has no reply queued for stage {req.stage!r}")
             text = self.queues[req.stage].popleft()
             if isinstance(text, Raises):
                 raise RuntimeError(str(text))
             prompt = "\n".join(m["content"] for m in req.messages)
-            res = StageResult(request=req, value=None, raw_output=text, prompt=prompt, tokens_in=self.words(req),
-                              tokens_out=len(text.split()), cap=req.max_new_tokens or 100)
+            res = StageResult(
+                request=req,
+                value=None,
+                raw_output=text,
+                prompt=prompt,
+                tokens_in=self.words(req),
+                tokens_out=len(text.split()),
+                cap=req.max_new_tokens or 100,
+            )
             if self.context_tokens is not None and self.words(req) > self.context_tokens:
-                res.error_kind, res.error = "context", "prompt longer than the scripted context"
+                res.error_kind, res.error = Failure.CONTEXT, "prompt longer than the scripted context"
             elif isinstance(text, Truncated):
-                res.error_kind, res.error = "cap", f"hit the {res.cap}-token cap before the JSON closed"
+                res.error_kind, res.error = Failure.CAP, f"hit the {res.cap}-token cap before the JSON closed"
             else:
                 try:
                     res.value = parse_output(req.schema, text)
                 except (ValidationError, ValueError) as exc:
-                    res.error_kind = "schema"
+                    res.error_kind = Failure.SCHEMA
                     res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
             results.append(res)
         return results

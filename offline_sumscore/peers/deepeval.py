@@ -14,11 +14,13 @@ answers counted, no rounding.
 Works without deepeval installed (any object with input and actual_output); with deepeval, it subclasses
 BaseMetric, so `assert_test` and `evaluate` accept it.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from ..scorers import SummarizationScorer
+from offline_sumscore.scorers import SummarizationScorer
 
 try:  # deepeval is an optional extra: the class works with or without it
     from deepeval.metrics import BaseMetric as _Base
@@ -27,17 +29,32 @@ except ImportError:  # pragma: no cover - exercised where deepeval is absent
 
 
 class LocalSummarizationMetric(_Base):
-    def __init__(self, threshold: float = 0.5, *, model: Any = None, assessment_questions: Sequence[str] | None = None,
-                 n: int = 5, strict_mode: bool = False, include_reason: bool = True, async_mode: bool = True,
-                 verbose_mode: bool = False, scorer: SummarizationScorer | None = None):
+    def __init__(
+        self,
+        threshold: float = 0.5,
+        *,
+        model: Any = None,
+        assessment_questions: Sequence[str] | None = None,
+        n: int = 5,
+        strict_mode: bool = False,
+        include_reason: bool = True,
+        async_mode: bool = True,
+        verbose_mode: bool = False,
+        scorer: SummarizationScorer | None = None,
+    ):
         self.threshold = 1 if strict_mode else threshold
         self.strict_mode, self.include_reason = strict_mode, include_reason
         self.async_mode, self.verbose_mode = async_mode, verbose_mode
         self.assessment_questions = list(assessment_questions) if assessment_questions else None
         # DeepEval's n is the number of generated questions.
-        self.scorer = scorer or SummarizationScorer(model, flavor="deepeval", max_questions=n,
-                                                    threshold=self.threshold, strict_mode=strict_mode,
-                                                    include_reason=include_reason)
+        self.scorer = scorer or SummarizationScorer(
+            model,
+            flavor="deepeval",
+            max_questions=n,
+            threshold=self.threshold,
+            strict_mode=strict_mode,
+            include_reason=include_reason,
+        )
         self.score: float | None = None
         self.reason: str | None = None
         self.success: bool | None = None
@@ -45,12 +62,14 @@ class LocalSummarizationMetric(_Base):
         self.result = None  # our full SummarizationResult: every verdict, prompt and raw output
 
     def measure(self, test_case: Any, *args, **kwargs) -> float:
-        return self._keep(self.scorer.score(test_case.input, test_case.actual_output,
-                                            questions=self.assessment_questions))
+        return self._keep(
+            self.scorer.score(test_case.input, test_case.actual_output, questions=self.assessment_questions)
+        )
 
     async def a_measure(self, test_case: Any, *args, **kwargs) -> float:
-        return self._keep(await self.scorer.ascore(test_case.input, test_case.actual_output,
-                                                   questions=self.assessment_questions))
+        return self._keep(
+            await self.scorer.ascore(test_case.input, test_case.actual_output, questions=self.assessment_questions)
+        )
 
     def _keep(self, result) -> float:
         self.result = result

@@ -3,6 +3,7 @@
 preprocessStepResult holds the claim verdicts ("alignment") and the questions drawn from the source;
 analyzeStepResult holds one coverage verdict per question asked, with the question beside it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,18 +16,22 @@ def to_mastra(row: dict[str, Any]) -> dict[str, Any]:
     if row.get("error"):
         return {"id": row.get("id"), "score": None, "reason": None, "error": row["error"]}
     questions = list(row.get("questions") or [])
-    asked = questions[:len(row.get("coverage_verdicts") or [])]
+    asked = questions[: len(row.get("coverage_verdicts") or [])]
     return {
         "id": row.get("id"),
         "score": row["score"],
         "reason": row.get("reason"),
         "preprocessStepResult": {
-            "alignment": [{"claim": c["claim"], "supported": c["supported"], "reason": c.get("reason", "")}
-                          for c in row.get("claims") or []],
+            "alignment": [
+                {"claim": c["claim"], "supported": c["supported"], "reason": c.get("reason", "")}
+                for c in row.get("claims") or []
+            ],
             "questions": questions,
         },
         "analyzeStepResult": {
-            "coverage": [{"question": q, "answered": v["answered"], "reason": v.get("reason", "")}
-                         for q, v in zip(asked, row.get("coverage_verdicts") or [])],
+            "coverage": [
+                {"question": q, "answered": v["answered"], "reason": v.get("reason", "")}
+                for q, v in zip(asked, row.get("coverage_verdicts") or [])
+            ],
         },
     }

@@ -5,20 +5,22 @@ their StageResults, until it returns the finished result. The driver advances ev
 so each wave goes to the engine as one list across all samples: that is how batching crosses samples
 without the scorer knowing about batches, or the engine about metrics.
 """
+
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
+from typing import Any
 
-from ..chunking import fit_pieces
-from ..engine import Engine, stream
-from ..engine.retry import RetryingEngine
-from ..errors import JudgeOutputError, UsageError
-from ..results import FailedRow
-from ..samples import Sample, as_sample
-from ..stage_cache import CachedEngine, StageCache
-from ..stages import StageRequest, StageResult
+from offline_sumscore.core.errors import Failure, JudgeOutputError, UsageError, check_count
+from offline_sumscore.core.results import FailedRow
+from offline_sumscore.core.samples import Sample, as_sample
+from offline_sumscore.core.source_pieces import fit_pieces
+from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.engine import Engine, stream
+from offline_sumscore.engine.retry import RetryingEngine
+from offline_sumscore.engine.stage_cache import CachedEngine, StageCache
 
 Plan = Generator[list[StageRequest], list[StageResult], Any]
 
@@ -93,33 +95,41 @@ def drive(engine: Engine, plans: Sequence[Plan], *, in_flight: int | None = None
     return outcomes
 
 
-def check_count(name: str, value: Any, most: int) -> None:
-    """An integer option between 1 and a sane upper bound (a mistyped 100000 is refused, not run for days)."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
-        raise UsageError(f"{name} must be an integer from 1 to {most}. Given: {value}")
-
-
 def require(result: StageResult, stages: dict[str, dict], key: str | None = None) -> Any:
     """The stage's parsed value, or a loud JudgeOutputError carrying the raw output. The audit is stored under
     key (default: the stage name; per-question stages use "coverage.0", "coverage.1", ...)."""
     stages[key or result.request.stage] = result.audit()
     if not result.ok:
-        raise JudgeOutputError(result.error or "no output", stage=result.request.stage,
-                               raw_output=result.raw_output, sample_id=result.request.sample_id,
-                               kind=result.error_kind or "error", stages=stages)
+        raise JudgeOutputError(
+            result.error or "no output",
+            stage=result.request.stage,
+            raw_output=result.raw_output,
+            sample_id=result.request.sample_id,
+            kind=result.error_kind or Failure.ERROR,
+            stages=stages,
+        )
     return result.value
 
 
 class ScorerBase:
     metric = ""
 
-    def __init__(self, model: Any = None, *, engine: Engine | None = None, device: str = "auto",
-                 dtype: str = "auto", batch_size: int | None = None, token_budget: int | None = None,
-                 cache: str | os.PathLike | StageCache | None = None, device_share: float = 1.0):
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        engine: Engine | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int | None = None,
+        token_budget: int | None = None,
+        cache: str | os.PathLike | StageCache | None = None,
+        device_share: float = 1.0,
+    ):
         for name, value in (("batch_size", batch_size), ("token_budget", token_budget)):
-            if value is not None and value < 1:
-                raise UsageError(f"{name} must be >= 1. Given: {value}")
-        self._model, self._engine, self._runner = model, engine, None
+            if value is not None:
+                check_count(name, value)
+        self._model, self._engine, self._stacked_engine = model, engine, None
         self.notify: Callable[[str], None] | None = None  # where to say that a row's source goes in pieces
         self.device, self.dtype, self.batch_size, self.token_budget = device, dtype, batch_size, token_budget
         if not 0 < device_share <= 1:
@@ -127,32 +137,40 @@ class ScorerBase:
         self.device_share = device_share  # engines sharing one device (Ray actors with a fraction of a GPU each)
         self.cache = cache if cache is None or isinstance(cache, StageCache) else StageCache(cache)
 
+    def load(self) -> Engine:
+        """Load the judge now (constructing a scorer loads nothing; the first score would)."""
+        return self.engine
+
     @property
     def engine(self) -> Engine:
         """The engine, built on first use: constructing a scorer loads nothing."""
         if self._engine is None:
-            from ..engine.runner import TransformersEngine
-            from ..judge import Judge, load_judge
+            from offline_sumscore.engine.executor import TransformersEngine
+            from offline_sumscore.engine.judge import Judge, load_judge
 
-            judge = self._model if isinstance(self._model, Judge) else load_judge(
-                self._model, device=self.device, dtype=self.dtype)
-            self._engine = TransformersEngine(judge, batch_size=self.batch_size, token_budget=self.token_budget,
-                                              device_share=self.device_share)
+            judge = (
+                self._model
+                if isinstance(self._model, Judge)
+                else load_judge(self._model, device=self.device, dtype=self.dtype)
+            )
+            self._engine = TransformersEngine(
+                judge, batch_size=self.batch_size, token_budget=self.token_budget, device_share=self.device_share
+            )
         return self._engine
 
     @property
-    def runner(self) -> Engine:
+    def stacked_engine(self) -> Engine:
         """What the plans' requests go to: the engine, behind one retry of failed stages, behind the stage cache
         when there is one (so a retried success is cached under the request as first asked)."""
-        if self._runner is None:
-            runner: Any = RetryingEngine(self.engine)
-            self._runner = CachedEngine(runner, self.cache) if self.cache is not None else runner
-        return self._runner
+        if self._stacked_engine is None:
+            stacked: Any = RetryingEngine(self.engine)
+            self._stacked_engine = CachedEngine(stacked, self.cache) if self.cache is not None else stacked
+        return self._stacked_engine
 
     def source_pieces(self, source: str, build: Callable[[str], Sequence[StageRequest]]) -> list[str]:
         """The source whole, or split on sentence boundaries into the fewest pieces such that every request that
         carries a piece (build(piece)) fits the judge's context. Never truncated."""
-        spare = getattr(self.runner, "spare_tokens", None)
+        spare = getattr(self.stacked_engine, "spare_tokens", None)
         if spare is None:
             return [source]
 
@@ -163,8 +181,10 @@ class ScorerBase:
         pieces = fit_pieces(source, least)
         if len(pieces) > 1 and self.notify:
             first = build(pieces[0])[0]
-            self.notify(f"row {first.sample_id}: its source ({len(source):,} characters) is longer than the judge's "
-                        f"context; judged in {len(pieces)} pieces")
+            self.notify(
+                f"row {first.sample_id}: its source ({len(source):,} characters) is longer than the judge's "
+                f"context; judged in {len(pieces)} pieces"
+            )
         return pieces
 
     def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract
@@ -194,40 +214,21 @@ class ScorerBase:
         """Score samples as one stream through the engine: at most in_flight at a time, each started the moment
         another finishes, in order. on_done(i, result) gets each result (a FailedRow where the judge failed) the
         moment it is final, which is not in input order."""
-        runner = self.runner
+        stacked = self.stacked_engine
 
         def finish(i: int, outcome: Any) -> None:
             if isinstance(outcome, JudgeOutputError):
-                exc = outcome
-                outcome = FailedRow(id=samples[i].id, metric=self.metric, stages=exc.stages,
-                                    error={"stage": exc.stage, "cause": f"{exc.stage}:{exc.kind}",
-                                           "message": str(exc), "raw_output": exc.raw_output}, exception=exc)
+                outcome = FailedRow.judge_failed(outcome, id=samples[i].id, metric=self.metric)
             else:
                 # The row records the judge and, under it, the engine settings that produced the verdicts, as they
                 # are when the row is final (a served judge may have fallen back to another mode on the way).
-                described = runner.describe()
-                outcome.judge = dict(described.get("judge", {}),
-                                     engine={k: v for k, v in described.items() if k != "judge"})
+                described = stacked.describe()
+                outcome.judge = dict(
+                    described.get("judge", {}), engine={k: v for k, v in described.items() if k != "judge"}
+                )
             on_done(i, outcome)
 
-        stream(runner, PlanFeed((self.plan(s) for s in samples), finish, in_flight))
-
-    def score_file(self, input_path: str | os.PathLike, output_path: str | os.PathLike, *, resume: bool = False,
-                   chunk_size: int | None = None, source_field: str = "source", summary_field: str = "summary",
-                   id_field: str = "id") -> list[dict]:
-        """Score a JSONL, CSV or Parquet file, a datasets save_to_disk directory or a folder of shards into a JSONL,
-        Parquet or CSV file, as `sumscore score` does (bad rows fail alone; resumable). Returns the rows."""
-        from ..bulk import DEFAULT_CHUNK_SIZE, run_bulk
-        from ..formats import output_kind, write_rows
-        from ..samples import read_rows
-
-        items = list(read_rows(input_path, source_field=source_field, summary_field=summary_field,
-                               id_field=id_field))
-        record = str(output_path) if output_kind(output_path) == ".jsonl" else f"{output_path}.rows.jsonl"
-        report = run_bulk(items, self, record, resume=resume, chunk_size=chunk_size or DEFAULT_CHUNK_SIZE)
-        if record != str(output_path):
-            write_rows(report.rows, output_path)
-        return report.rows
+        stream(stacked, PlanFeed((self.plan(s) for s in samples), finish, in_flight))
 
     def _score_one(self, sample: Sample) -> Any:
         return self.score_many([sample])[0]

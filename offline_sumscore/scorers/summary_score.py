@@ -12,19 +12,20 @@ Zero answers: Ragas divides by zero there. Here it cannot arise from the judge (
 at least one question and the answer schema for exactly one answer per question); in rescoring
 (arithmetic.summary_score) it is a ValueError, never NaN.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from .. import prompts, schemas
-from ..chunking import allot
-from ..arithmetic import join_contexts, summary_score
-from ..errors import UsageError
-from ..results import SummaryScoreResult
-from ..samples import Sample, check_text
-from ..stages import StageRequest
-from .base import Plan, ScorerBase, check_count, first_prob, require, soft_score
-
+from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core.arithmetic import join_contexts, summary_score
+from offline_sumscore.core.errors import UsageError, check_count
+from offline_sumscore.core.results import SummaryScoreResult
+from offline_sumscore.core.samples import Sample, check_text
+from offline_sumscore.core.source_pieces import allot
+from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
 
 SAFETY_BOUND = 50  # keyphrases and questions per list: Ragas sets no number; this only stops a degenerate list
 
@@ -41,35 +42,64 @@ class SummaryScore(ScorerBase):
         how many keyphrases and questions to write; the bounds only stop a degenerate list.
     max_text_chars : bound on each keyphrase and question.
     """
+
     metric = "summary-score"
 
-    def __init__(self, model: Any = None, *, length_penalty: bool = True, coeff: float = 0.5,
-                 max_questions: int = SAFETY_BOUND, max_keyphrases: int = SAFETY_BOUND, max_text_chars: int = 200,
-                 **engine_options):
+    def __init__(
+        self,
+        model: Any = None,
+        *,
+        length_penalty: bool = True,
+        coeff: float = 0.5,
+        max_questions: int = SAFETY_BOUND,
+        max_keyphrases: int = SAFETY_BOUND,
+        max_text_chars: int = 200,
+        **engine_options,
+    ):
         super().__init__(model, **engine_options)
         if not 0 <= coeff <= 1:
             raise UsageError(f"coeff must be between 0 and 1. Given: {coeff}")
-        for name, value, most in (("max_questions", max_questions, 200), ("max_keyphrases", max_keyphrases, 200),
-                                  ("max_text_chars", max_text_chars, 10_000)):
+        for name, value, most in (
+            ("max_questions", max_questions, 200),
+            ("max_keyphrases", max_keyphrases, 200),
+            ("max_text_chars", max_text_chars, 10_000),
+        ):
             check_count(name, value, most)
         self.length_penalty, self.coeff = length_penalty, coeff
         self.max_questions, self.max_keyphrases, self.max_text_chars = max_questions, max_keyphrases, max_text_chars
 
     @property
     def settings(self) -> dict[str, Any]:
-        return {"length_penalty": self.length_penalty, "coeff": self.coeff, "max_questions": self.max_questions,
-                "max_keyphrases": self.max_keyphrases, "max_text_chars": self.max_text_chars,
-                "prompt_version": prompts.PROMPT_VERSION}
+        return {
+            "length_penalty": self.length_penalty,
+            "coeff": self.coeff,
+            "max_questions": self.max_questions,
+            "max_keyphrases": self.max_keyphrases,
+            "max_text_chars": self.max_text_chars,
+            "prompt_version": prompts.PROMPT_VERSION,
+        }
 
-    def score(self, source: str | Sequence[str] | None = None, summary: str | None = None, *,
-              reference_contexts: Sequence[str] | None = None, response: str | None = None,
-              id: str | None = None) -> SummaryScoreResult:
+    def score(
+        self,
+        source: str | Sequence[str] | None = None,
+        summary: str | None = None,
+        *,
+        reference_contexts: Sequence[str] | None = None,
+        response: str | None = None,
+        id: str | None = None,
+    ) -> SummaryScoreResult:
         """score(text, summary), or with Ragas's names: score(reference_contexts=[...], response=...)."""
         return self._score_one(self._sample(source, summary, reference_contexts, response, id))
 
-    async def ascore(self, source: str | Sequence[str] | None = None, summary: str | None = None, *,
-                     reference_contexts: Sequence[str] | None = None, response: str | None = None,
-                     id: str | None = None) -> SummaryScoreResult:
+    async def ascore(
+        self,
+        source: str | Sequence[str] | None = None,
+        summary: str | None = None,
+        *,
+        reference_contexts: Sequence[str] | None = None,
+        response: str | None = None,
+        id: str | None = None,
+    ) -> SummaryScoreResult:
         return await self._ascore_one(self._sample(source, summary, reference_contexts, response, id))
 
     @staticmethod
@@ -79,19 +109,27 @@ class SummaryScore(ScorerBase):
         if (summary is None) == (response is None):
             raise UsageError("give the summary once: as summary or as response")
         text = join_contexts(source if source is not None else reference_contexts)
-        return Sample(id=id if id is not None else "0",
-                      source=check_text(text, "reference_contexts" if source is None else "source", row_id=id,
-                                        python=True),
-                      summary=check_text(summary if summary is not None else response,
-                                         "response" if summary is None else "summary", row_id=id, python=True))
+        return Sample(
+            id=id if id is not None else "0",
+            source=check_text(text, "reference_contexts" if source is None else "source", row_id=id, python=True),
+            summary=check_text(
+                summary if summary is not None else response,
+                "response" if summary is None else "summary",
+                row_id=id,
+                python=True,
+            ),
+        )
 
     def plan(self, sample: Sample) -> Plan:
         stages: dict[str, dict] = {}
 
         def questions_request(text: str, keyphrases: list[str], n: int) -> StageRequest:
-            return StageRequest(sample.id, "ragas_questions",
-                                tuple(prompts.ragas_questions_prompt(text, keyphrases)),
-                                schemas.questions_list(n, self.max_text_chars))
+            return StageRequest(
+                sample.id,
+                "ragas_questions",
+                tuple(prompts.ragas_questions_prompt(text, keyphrases)),
+                schemas.questions_list(n, self.max_text_chars),
+            )
 
         # A text too long for the judge's context is split on sentence boundaries, sized on the questions prompt
         # with the longest keyphrase list; keyphrases and questions are drawn per piece in proportion to its length.
@@ -101,23 +139,49 @@ class SummaryScore(ScorerBase):
         key = (lambda stage, k: stage) if len(pieces) == 1 else (lambda stage, k: f"{stage}.{k}")
         weights = [len(p) for p in pieces]
         drawing = [(k, n) for k, n in enumerate(allot(self.max_keyphrases, weights)) if n > 0]
-        replies = yield [StageRequest(sample.id, "keyphrases",
-                                      tuple(prompts.keyphrases_prompt(pieces[k])),
-                                      schemas.keyphrases_list(n, self.max_text_chars)) for k, n in drawing]
+        replies = yield [
+            StageRequest(
+                sample.id,
+                "keyphrases",
+                tuple(prompts.keyphrases_prompt(pieces[k])),
+                schemas.keyphrases_list(n, self.max_text_chars),
+            )
+            for k, n in drawing
+        ]
         found = {k: list(require(r, stages, key("keyphrases", k)).keyphrases) for (k, _), r in zip(drawing, replies)}
         keyphrases = [phrase for k, _ in drawing for phrase in found[k]]
         asking = [(k, n) for k, n in enumerate(allot(self.max_questions, weights)) if n > 0]
         replies = yield [questions_request(pieces[k], found.get(k, []), n) for k, n in asking]
-        questions = [q for (k, _), r in zip(asking, replies) for q in require(r, stages, key("ragas_questions", k)).questions]
+        questions = [
+            q for (k, _), r in zip(asking, replies) for q in require(r, stages, key("ragas_questions", k)).questions
+        ]
         # One request per question: the summary is their shared prefix, computed once by the engine.
-        replies = yield [StageRequest(sample.id, "ragas_answers", tuple(prompts.ragas_answer_prompt(sample.summary, q)),
-                                      schemas.ragas_answer(), verdict_choice=("1", "0"))
-                         for q in questions]
+        replies = yield [
+            StageRequest(
+                sample.id,
+                "ragas_answers",
+                tuple(prompts.ragas_answer_prompt(sample.summary, q)),
+                schemas.ragas_answer(),
+                verdict_choice=("1", "0"),
+            )
+            for q in questions
+        ]
         answers = [require(r, stages, f"ragas_answers.{i}").answer for i, r in enumerate(replies)]
         p_yes = [first_prob(r) for r in replies]
-        value = summary_score(answers, sample.source, sample.summary, length_penalty=self.length_penalty,
-                              coeff=self.coeff)
-        return SummaryScoreResult(id=sample.id, score=value.score, qa=value.qa, conciseness=value.conciseness,
-                                  keyphrases=keyphrases, questions=questions, answers=answers, answer_p_yes=p_yes,
-                                  soft_qa=soft_score(p_yes), source_pieces=len(pieces), settings=self.settings,
-                                  stages=stages)
+        value = summary_score(
+            answers, sample.source, sample.summary, length_penalty=self.length_penalty, coeff=self.coeff
+        )
+        return SummaryScoreResult(
+            id=sample.id,
+            score=value.score,
+            qa=value.qa,
+            conciseness=value.conciseness,
+            keyphrases=keyphrases,
+            questions=questions,
+            answers=answers,
+            answer_p_yes=p_yes,
+            soft_qa=soft_score(p_yes),
+            source_pieces=len(pieces),
+            settings=self.settings,
+            stages=stages,
+        )

@@ -8,6 +8,7 @@
   per decoding step.
 - A step must not copy the cache: no concatenation of keys and values, no expansion of them per query head.
 """
+
 import time
 from types import SimpleNamespace
 
@@ -18,7 +19,7 @@ from transformers import AttentionInterface
 from transformers.integrations import sdpa_attention
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from offline_sumscore.engine.runner import TransformersEngine, _unpack
+from offline_sumscore.engine.executor import TransformersEngine, _unpack
 from tests.engine.test_engine_on_embedded_judge import mix, same
 
 pytestmark = pytest.mark.model
@@ -37,7 +38,7 @@ def nan_on_blind_rows(module, query, key, value, attention_mask, **kwargs):
     """transformers' SDPA attention, except that a query row whose mask allows no key gets NaN, as CUDA can."""
     out, weights = sdpa_attention.sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     if attention_mask is not None and attention_mask.dtype == torch.bool:
-        blind = ~attention_mask[:, :, :, :key.shape[2]].any(-1)  # [rows, 1, queries]
+        blind = ~attention_mask[:, :, :, : key.shape[2]].any(-1)  # [rows, 1, queries]
         if blind.any():
             BLIND.append(int(blind.sum()))
             out = out.masked_fill(blind[:, 0, :, None, None], float("nan"))
@@ -61,19 +62,32 @@ def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(ju
 
 
 # -- out of memory anywhere in a pass -----------------------------------------------------------------------
-@pytest.mark.parametrize("where,phase", [("layer", "_prefill"), ("layer", "_step"), ("head", "_step"),
-                                         ("layer", "_likelihood_pass"), ("head", "_likelihood_pass")])
+@pytest.mark.parametrize(
+    "where,phase",
+    [
+        ("layer", "_prefill"),
+        ("layer", "_step"),
+        ("head", "_step"),
+        ("layer", "_likelihood_pass"),
+        ("head", "_likelihood_pass"),
+    ],
+)
 def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, reference, where, phase):
     engine = TransformersEngine(judge)
     state = {"phase": None, "raised": 0}
-    for name in ("_prefill", "_step", "_likelihood_pass"):
-        def wrapped(*args, _original=getattr(engine, name), _name=name, **kwargs):
-            state["phase"] = _name
+
+    def tracked(name, original):
+        def wrapped(*args, **kwargs):
+            state["phase"] = name
             try:
-                return _original(*args, **kwargs)
+                return original(*args, **kwargs)
             finally:
                 state["phase"] = None
-        setattr(engine, name, wrapped)
+
+        return wrapped
+
+    for name in ("_prefill", "_step", "_likelihood_pass"):
+        setattr(engine, name, tracked(name, getattr(engine, name)))
     layers = judge.model.get_decoder().layers
     module = layers[len(layers) // 2] if where == "layer" else judge.model.get_output_embeddings()
 
@@ -116,9 +130,19 @@ def test_an_admission_that_runs_out_of_memory_waits_for_running_rows_to_leave(ju
 
 
 # -- host work and synchronisations per step ------------------------------------------------------------------
-SYNCING = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.nonzero,
-           torch.nonzero, torch.Tensor.__bool__, torch.Tensor.__int__, torch.Tensor.__float__,
-           torch.Tensor.__index__, torch.Tensor.cuda}
+SYNCING = {
+    torch.Tensor.tolist,
+    torch.Tensor.item,
+    torch.Tensor.cpu,
+    torch.Tensor.numpy,
+    torch.Tensor.nonzero,
+    torch.nonzero,
+    torch.Tensor.__bool__,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__index__,
+    torch.Tensor.cuda,
+}
 
 
 class CountSyncs(TorchFunctionMode):
@@ -181,7 +205,7 @@ def test_a_step_neither_concatenates_nor_expands_the_cache(judge, reference, mon
 def test_host_work_per_step_at_512_rows_takes_less_than_the_vocabulary_unpack_it_replaced(judge):
     """The step's host work (grammar masks for every row and the finished-row check) at 512 rows, against the old
     per-step unpack of the bitmask to a rows x vocabulary boolean, measured side by side (best of 3)."""
-    from offline_sumscore import schemas
+    from offline_sumscore.core import schemas
 
     engine = TransformersEngine(judge)
     grammar = schemas.grammar_of(schemas.claims_list(3, 50))

@@ -5,18 +5,22 @@ JSON lists (claims, questions), yes-no verdicts with and without a reason, and l
 baselines. Each comparison runs the mix through two engine configurations and asserts the same greedy text
 (exact), the same P(yes) (to 1e-3: padding changes float sums slightly) and the same likelihoods (to 1e-4).
 """
+
 import pytest
 import torch
 
-from offline_sumscore import SummaryScore, prompts, schemas
-from offline_sumscore.engine.runner import TransformersEngine
-from offline_sumscore.stages import StageRequest
+from offline_sumscore import SummaryScore
+from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.engine.executor import TransformersEngine
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
 
-OTHER_SOURCE = ("Heavy rain flooded the river town of Ostby overnight. About 200 homes were evacuated and schools "
-                "will stay shut until Friday.")
+OTHER_SOURCE = (
+    "Heavy rain flooded the river town of Ostby overnight. About 200 homes were evacuated and schools "
+    "will stay shut until Friday."
+)
 OTHER_SUMMARY = "Rain flooded Ostby; 200 homes were evacuated."
 YES_NO = ("Y", "N")
 
@@ -24,21 +28,51 @@ YES_NO = ("Y", "N")
 def mix() -> list[StageRequest]:
     reqs = []
     for sid, source, summary, questions in (
-            ("a", SOURCE, SUMMARY, ["Did the council vote to build a library?", "Will construction begin in March?"]),
-            ("b", OTHER_SOURCE, OTHER_SUMMARY, ["Were about 200 homes evacuated?", "Will schools stay shut?"])):
+        ("a", SOURCE, SUMMARY, ["Did the council vote to build a library?", "Will construction begin in March?"]),
+        ("b", OTHER_SOURCE, OTHER_SUMMARY, ["Were about 200 homes evacuated?", "Will schools stay shut?"]),
+    ):
         reqs.append(StageRequest(sid, "claims", tuple(prompts.claims_prompt(summary)), schemas.claims_list(3, 50)))
-        reqs.append(StageRequest(sid, "questions", tuple(prompts.questions_prompt(source, n=2)),
-                                 schemas.questions_list(2, 50)))
+        reqs.append(
+            StageRequest(sid, "questions", tuple(prompts.questions_prompt(source, n=2)), schemas.questions_list(2, 50))
+        )
         for claim in (summary, "The town has a new mayor."):
-            reqs.append(StageRequest(sid, "support", tuple(prompts.statement_prompt(source, claim, with_reason=True)),
-                                     schemas.yes_no_verdict(30), verdict_choice=YES_NO))
-            reqs.append(StageRequest(sid, "support", tuple(prompts.likelihood_prompt(source, style="bare")),
-                                     schemas.Likelihood, continuation=claim))
-            reqs.append(StageRequest(sid, "baseline", tuple(prompts.likelihood_prompt("", style="bare")),
-                                     schemas.Likelihood, continuation=claim))
+            reqs.append(
+                StageRequest(
+                    sid,
+                    "support",
+                    tuple(prompts.statement_prompt(source, claim, with_reason=True)),
+                    schemas.yes_no_verdict(30),
+                    verdict_choice=YES_NO,
+                )
+            )
+            reqs.append(
+                StageRequest(
+                    sid,
+                    "support",
+                    tuple(prompts.likelihood_prompt(source, style="bare")),
+                    schemas.Likelihood,
+                    continuation=claim,
+                )
+            )
+            reqs.append(
+                StageRequest(
+                    sid,
+                    "baseline",
+                    tuple(prompts.likelihood_prompt("", style="bare")),
+                    schemas.Likelihood,
+                    continuation=claim,
+                )
+            )
         for question in questions:
-            reqs.append(StageRequest(sid, "coverage", tuple(prompts.question_prompt(summary, question)),
-                                     schemas.yes_no_verdict(None), verdict_choice=YES_NO))
+            reqs.append(
+                StageRequest(
+                    sid,
+                    "coverage",
+                    tuple(prompts.question_prompt(summary, question)),
+                    schemas.yes_no_verdict(None),
+                    verdict_choice=YES_NO,
+                )
+            )
     return reqs
 
 
@@ -126,8 +160,15 @@ def test_engine_text_equals_plain_transformers_generate_under_the_same_grammar(j
     tok = judge.tokenizer
     for req, res in zip(reqs, ours):
         enc = tok([judge.render(req.messages)], return_tensors="pt", add_special_tokens=False)
-        out = judge.model.generate(**enc, logits_processor=[engine.grammars.processor(req.grammar)],
-                                   max_new_tokens=200, do_sample=False, temperature=None, top_p=None, top_k=None,
-                                   pad_token_id=tok.pad_token_id)
-        reference = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        out = judge.model.generate(
+            **enc,
+            logits_processor=[engine.grammars.processor(req.grammar)],
+            max_new_tokens=200,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            pad_token_id=tok.pad_token_id,
+        )
+        reference = tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         assert res.ok and res.raw_output == reference

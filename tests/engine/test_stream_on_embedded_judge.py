@@ -5,31 +5,41 @@ by the judge) and in the embedded design (likelihood verdicts). Rows are compare
 verdict and its text, and P(yes) to 1e-3 (padding and batch shape move float sums slightly); never on timing or on
 how many requests shared a call.
 """
+
 import pytest
 
 from offline_sumscore import SummarizationScorer
-from offline_sumscore.engine.runner import TransformersEngine
+from offline_sumscore.engine.executor import TransformersEngine
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
 
-OTHER_SOURCE = ("Heavy rain flooded the river town of Ostby overnight. About 200 homes were evacuated and schools "
-                "will stay shut until Friday.")
-ITEMS = [(SOURCE, SUMMARY), (OTHER_SOURCE, "Rain flooded Ostby; 200 homes were evacuated."),
-         (SOURCE, "Lindford's council voted for a library. Work starts in March."),
-         (OTHER_SOURCE, "Schools in Ostby stay shut until Friday after a flood.")]
-DECODING = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=2, max_text_chars=60,
-                max_reason_chars=30)
+OTHER_SOURCE = (
+    "Heavy rain flooded the river town of Ostby overnight. About 200 homes were evacuated and schools "
+    "will stay shut until Friday."
+)
+ITEMS = [
+    (SOURCE, SUMMARY),
+    (OTHER_SOURCE, "Rain flooded Ostby; 200 homes were evacuated."),
+    (SOURCE, "Lindford's council voted for a library. Work starts in March."),
+    (OTHER_SOURCE, "Schools in Ostby stay shut until Friday after a flood."),
+]
+DECODING = dict(
+    claims="sentences", coverage="questions", verdicts="yes-no", max_questions=2, max_text_chars=60, max_reason_chars=30
+)
 EMBEDDED = dict(claims="sentences", coverage="key_sentences", verdicts="likelihood", key_sentences=2)
 
 
 def readable(result):
     """What a user reads off a row."""
     d = result.to_dict()
-    return {"score": d["score"], "claims": [(c["claim"], c["supported"]) for c in d["claims"]],
-            "coverage": list(zip(d["questions"], [v["answered"] for v in d["coverage_verdicts"]])),
-            "texts": {k: s["raw_output"] for k, s in d["stages"].items()},
-            "p": [c["p_supported"] for c in d["claims"]] + [v["p_answered"] for v in d["coverage_verdicts"]]}
+    return {
+        "score": d["score"],
+        "claims": [(c["claim"], c["supported"]) for c in d["claims"]],
+        "coverage": list(zip(d["questions"], [v["answered"] for v in d["coverage_verdicts"]])),
+        "texts": {k: s["raw_output"] for k, s in d["stages"].items()},
+        "p": [c["p_supported"] for c in d["claims"]] + [v["p_answered"] for v in d["coverage_verdicts"]],
+    }
 
 
 def same_rows(left, right):
@@ -62,6 +72,7 @@ def test_rows_through_the_stream_equal_rows_run_alone(judge, streamed, design):
 def test_two_runs_give_identical_rows(judge, streamed):
     rows, _ = streamed["decoding"]
     again, _ = score(judge, DECODING)
+
     def strip(r):  # wall times aside
         d = r.to_dict()
         d["stages"] = {k: {f: x for f, x in s.items() if f != "seconds"} for k, s in d["stages"].items()}
@@ -88,12 +99,14 @@ def test_a_prefix_evicted_and_recomputed_gives_the_same_rows(judge):
 
 
 def test_identical_requests_in_flight_are_computed_once(judge):
-    from offline_sumscore import prompts, schemas
-    from offline_sumscore.stages import StageRequest
+    from offline_sumscore.core import prompts, schemas
+    from offline_sumscore.core.stages import StageRequest
 
     # A source's questions, asked for each of three summaries of it.
-    reqs = [StageRequest(sid, "questions", tuple(prompts.questions_prompt(SOURCE, n=2)), schemas.questions_list(2, 40))
-            for sid in "abc"]
+    reqs = [
+        StageRequest(sid, "questions", tuple(prompts.questions_prompt(SOURCE, n=2)), schemas.questions_list(2, 40))
+        for sid in "abc"
+    ]
     engine = TransformersEngine(judge)
     results = engine.run(reqs)
     alone = TransformersEngine(judge, prefix_store=False).run(reqs[:1])[0]

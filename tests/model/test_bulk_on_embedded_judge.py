@@ -1,40 +1,65 @@
 """Bulk-run guarantees on the real embedded judge: kill -9 and resume, the stage cache, determinism across batch
 sizes, hostile text. Each test takes a minute or two.
 """
+
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
+from importlib import resources
 
 import pytest
 
 from offline_sumscore import SummarizationScorer, SummaryScore
-from offline_sumscore.engine.runner import TransformersEngine
-from tests.pipeline.test_bulk_runs import without_timing
+from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
+from offline_sumscore.engine.executor import TransformersEngine
 from tests.unit.test_hostile_text import HOSTILE
 
 pytestmark = pytest.mark.model
 
-FACTS = [("Lindford", "a library", "March", "4 million pounds"), ("Ostby", "a bridge", "June", "12 million euros"),
-         ("Harlow", "a school", "April", "9 million pounds"), ("Kessel", "a stadium", "May", "30 million euros"),
-         ("Brenton", "a hospital", "July", "80 million pounds"), ("Tamsk", "a tram line", "August", "55 million euros")]
-ROWS = [{"id": f"r{i}", "source": f"The council of {town} voted on Tuesday to build {what}. Work will begin in {month} "
-                                  f"and cost {cost}. Residents welcomed the plan at a public meeting.",
-         "summary": f"{town} will build {what} for {cost}."} for i, (town, what, month, cost) in enumerate(FACTS)]
+ROWS = [
+    json.loads(line)
+    for line in (resources.files("offline_sumscore") / "examples" / "council.jsonl").read_text().splitlines()
+]
 # Yes/No verdicts with decoded reasons: a chunk takes seconds (the embedded defaults decode nothing and take a
 # fraction of one), so a kill can land while the run is still going.
-CAPS = ["--claims", "sentences", "--coverage", "key_sentences", "--key-sentences", "2", "--verdicts", "yes-no",
-        "--max-reason-chars", "60"]
+CAPS = [
+    "--claims",
+    "sentences",
+    "--coverage",
+    "key_sentences",
+    "--key-sentences",
+    "2",
+    "--verdicts",
+    "yes-no",
+    "--max-reason-chars",
+    "60",
+]
 
 
 def sumscore(src, out, cache, *extra, wait=True):
     env = dict(os.environ, OFFLINE_SUMSCORE_CACHE=str(cache), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     # Two rows in flight: chunks of two finish one after another, so a kill can land between them.
-    cmd = [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet", "--chunk-size", "2",
-           "--in-flight", "2", *CAPS, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "offline_sumscore",
+        "score",
+        str(src),
+        "-o",
+        str(out),
+        "--quiet",
+        "--chunk-size",
+        "2",
+        "--in-flight",
+        "2",
+        *CAPS,
+        *extra,
+    ]
     if not wait:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -42,17 +67,6 @@ def sumscore(src, out, cache, *extra, wait=True):
 
 def rows_of(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def verdict_flips(got, expected):
-    """Verdicts that differ between two runs of the same rows, and how many verdicts there are."""
-    flips = total = 0
-    for a, b in zip(got, expected, strict=True):
-        va = [c["supported"] for c in a["claims"]] + [v["answered"] for v in a["coverage_verdicts"]]
-        vb = [c["supported"] for c in b["claims"]] + [v["answered"] for v in b["coverage_verdicts"]]
-        flips += sum(x != y for x, y in zip(va, vb)) + abs(len(va) - len(vb))
-        total += max(len(va), len(vb))
-    return flips, total
 
 
 def test_kill_9_then_resume_gives_every_row_once_and_a_cached_rerun_is_free(tmp_path, capsys):
@@ -114,30 +128,44 @@ def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, s
 
 
 def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
-    samples = [dict(r, key_facts=[f"Work will begin in {FACTS[i][2]}.", "Residents welcomed the plan."])
-               for i, r in enumerate(ROWS[:4])]
+    samples = [
+        dict(r, key_facts=[re.search(r"Work will begin in \w+\.", r["source"]).group(), "Residents welcomed the plan."])
+        for i, r in enumerate(ROWS[:4])
+    ]
     runs = {}
     for batch_size in (1, 3, 64):
         scorer = SummarizationScorer(engine=TransformersEngine(judge, batch_size=batch_size), include_reason=False)
         runs[batch_size] = scorer.score_many(samples)
 
     def verdicts(results):
-        return [v for r in results for v in [c["supported"] for c in r.claims] + [v["answered"] for v in
-                                                                                 r.coverage_verdicts]]
+        return [
+            v
+            for r in results
+            for v in [c["supported"] for c in r.claims] + [v["answered"] for v in r.coverage_verdicts]
+        ]
+
     base = verdicts(runs[1])
     flips = {b: sum(x != y for x, y in zip(base, verdicts(runs[b]))) for b in (3, 64)}
     assert all(len(verdicts(runs[b])) == len(base) for b in runs)
     with capsys.disabled():
-        print(f"\nverdict flips against batch size 1 over {len(base)} verdicts: "
-              + ", ".join(f"batch {b}: {n} ({100 * n / len(base):.1f}%)" for b, n in flips.items()))
+        print(
+            f"\nverdict flips against batch size 1 over {len(base)} verdicts: "
+            + ", ".join(f"batch {b}: {n} ({100 * n / len(base):.1f}%)" for b, n in flips.items())
+        )
     # Padding changes float sums slightly; on these inputs that has never moved a greedy verdict. A flip would
     # show here, with its rate, rather than pass unseen.
     assert all(n / len(base) <= 0.1 for n in flips.values()), flips
 
 
 def test_hostile_text_leaves_every_output_valid(judge):
-    rows = [{"id": f"h{i}", "source": ROWS[i % len(ROWS)]["source"] + " " + text,
-             "summary": ROWS[i % len(ROWS)]["summary"] + " " + text} for i, text in enumerate(HOSTILE)]
+    rows = [
+        {
+            "id": f"h{i}",
+            "source": ROWS[i % len(ROWS)]["source"] + " " + text,
+            "summary": ROWS[i % len(ROWS)]["summary"] + " " + text,
+        }
+        for i, text in enumerate(HOSTILE)
+    ]
     start = judge.tokenizer.convert_tokens_to_ids("<|im_start|>")
     two_axis = SummarizationScorer(judge)  # the embedded defaults: likelihood verdicts
     yes_no = SummarizationScorer(judge, claims="sentences", verdicts="yes-no", include_reason=False)

@@ -3,6 +3,7 @@
 These prove the pipeline, not quality: the embedded judge's verdicts are weak, so validity is asserted, plus the
 one thing its likelihood verdicts must get right (a copied sentence is supported, an unrelated one is not).
 """
+
 import dataclasses
 import json
 import os
@@ -13,12 +14,11 @@ import time
 
 import pytest
 
-from offline_sumscore import (FailedRow, ModelLoadError, SummarizationScorer, SummaryScore, summary_score,
-                              two_axis_score)
-from offline_sumscore.coverage_items import key_sentences, summary_sentences
-from offline_sumscore.engine.runner import TransformersEngine
-from offline_sumscore import prompts, schemas
-from offline_sumscore.stages import StageRequest
+from offline_sumscore import FailedRow, ModelLoadError, SummarizationScorer, SummaryScore, summary_score, two_axis_score
+from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core.coverage_items import key_sentences, summary_sentences
+from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.engine.executor import TransformersEngine
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -34,8 +34,12 @@ def test_judge_loads_on_cpu_in_float32_with_its_decisions_recorded(judge):
 
 
 def test_two_axis_at_the_embedded_defaults_judges_each_sentence_by_likelihood(judge):
-    assert judge.stage_defaults == {"claims": "sentences", "coverage": "key_sentences", "verdicts": "likelihood",
-                                    "prompt_style": "bare"}
+    assert judge.stage_defaults == {
+        "claims": "sentences",
+        "coverage": "key_sentences",
+        "verdicts": "likelihood",
+        "prompt_style": "bare",
+    }
     scorer = SummarizationScorer(judge)
     results = scorer.score_many([(SOURCE, SUMMARY), (OTHER_SOURCE, OTHER_SUMMARY)])
     for r, summary, source in zip(results, (SUMMARY, OTHER_SUMMARY), (SOURCE, OTHER_SOURCE)):
@@ -51,8 +55,9 @@ def test_two_axis_at_the_embedded_defaults_judges_each_sentence_by_likelihood(ju
         assert source in r.stages["support.0"]["prompt"] and source not in r.stages["support.0.baseline"]["prompt"]
         assert all(source not in r.stages[f"coverage.{i}"]["prompt"] for i in range(len(r.questions)))
     # A summary copied from the source is supported; one about something else is not.
-    copied, unrelated = scorer.score_many([(SOURCE, SOURCE.split(". ")[0] + "."),
-                                           (SOURCE, "A volcano erupted in Iceland, closing three airports.")])
+    copied, unrelated = scorer.score_many(
+        [(SOURCE, SOURCE.split(". ")[0] + "."), (SOURCE, "A volcano erupted in Iceland, closing three airports.")]
+    )
     assert copied.claims[0]["pmi"] > unrelated.claims[0]["pmi"]
     assert copied.alignment == 1 and unrelated.alignment == 0
 
@@ -82,8 +87,10 @@ def test_atomic_claims_on_the_real_judge_are_valid_or_fail_loudly_at_the_bound(j
 def test_a_long_source_whose_claim_only_its_second_piece_supports(judge):
     # A judge with a 170-token context, sharing the embedded model: the source below (126 tokens) needs two pieces.
     small = dataclasses.replace(judge, context_length=170)
-    filler = ("The weather in the valley was mild for most of the spring, with light rain in the mornings. "
-              "Farmers planted barley and oats in the lower fields before the first week of April. ") * 3
+    filler = (
+        "The weather in the valley was mild for most of the spring, with light rain in the mornings. "
+        "Farmers planted barley and oats in the lower fields before the first week of April. "
+    ) * 3
     source = filler + "The Lindford library will open its doors to readers in June 2027."
     r = SummarizationScorer(small).score(source, "The Lindford library will open its doors to readers in June 2027.")
     assert r.source_pieces == 2
@@ -94,7 +101,8 @@ def test_a_long_source_whose_claim_only_its_second_piece_supports(judge):
 
 def test_summary_score_valid_lists(judge):
     r = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60).score(
-        reference_contexts=[SOURCE], response=SUMMARY)
+        reference_contexts=[SOURCE], response=SUMMARY
+    )
     assert len(r.keyphrases) <= 3 and 1 <= len(r.questions) <= 2
     assert len(r.answers) == len(r.questions) and set(r.answers) <= {"1", "0"}
     assert r.score == pytest.approx(summary_score(r.answers, SOURCE, SUMMARY).score)
@@ -102,8 +110,13 @@ def test_summary_score_valid_lists(judge):
 
 def test_token_cap_fails_loudly_with_the_raw_text_kept(judge):
     engine = TransformersEngine(judge)
-    req = StageRequest("capped", "questions", tuple(prompts.questions_prompt(SOURCE, n=2)),
-                       schemas.questions_list(2, 60), max_new_tokens=4)
+    req = StageRequest(
+        "capped",
+        "questions",
+        tuple(prompts.questions_prompt(SOURCE, n=2)),
+        schemas.questions_list(2, 60),
+        max_new_tokens=4,
+    )
     (res,) = engine.run([req])
     assert not res.ok and res.value is None
     assert res.error == "hit the 4-token cap before the JSON closed; raw output kept"
@@ -113,9 +126,24 @@ def test_token_cap_fails_loudly_with_the_raw_text_kept(judge):
 def test_cli_scores_a_small_file_with_the_real_model(tmp_path):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text(json.dumps({"id": "x", "source": SOURCE, "summary": SUMMARY}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out),
-                           "--key-sentences", "1", "--no-reason", "--quiet"], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "offline_sumscore",
+            "score",
+            str(src),
+            "-o",
+            str(out),
+            "--key-sentences",
+            "1",
+            "--no-reason",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Loading weights" not in proc.stderr and "%|" not in proc.stderr  # --quiet: no progress bars at all
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
@@ -134,7 +162,8 @@ def test_model_without_chat_template_is_refused(judge, tmp_path):
     config = json.loads((copy / "tokenizer_config.json").read_text())
     config.pop("chat_template", None)
     (copy / "tokenizer_config.json").write_text(json.dumps(config))
-    from offline_sumscore.judge import load_judge
+    from offline_sumscore.engine.judge import load_judge
+
     with pytest.raises(ModelLoadError, match=r"has no chat template \(tokenizer_config.json: chat_template\)"):
         load_judge(copy)
 
@@ -142,8 +171,9 @@ def test_model_without_chat_template_is_refused(judge, tmp_path):
 def test_conversion_is_safe_when_two_processes_run_it_at_once(tmp_path):
     env = dict(os.environ, OFFLINE_SUMSCORE_MODELS=str(tmp_path))
     cmd = [sys.executable, "-m", "offline_sumscore", "convert"]
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-1000:] for o in outs]
     target = tmp_path / "SmolLM2-135M-Instruct"

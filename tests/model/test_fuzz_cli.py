@@ -2,6 +2,7 @@
 files, random bytes, mixed encodings, huge fields, wrong types. Whatever comes in: no traceback, an exit code in
 {0, 1, 2}, every good row scored, every bad row named by its line, and the input file unchanged. The embedded
 judge at its defaults scores a row in a fraction of a second, so the real command runs each case."""
+
 import gzip
 import json
 import os
@@ -17,15 +18,18 @@ SOURCE = "The council of Lindford voted on Tuesday to build a library on Mill St
 
 
 def good(rng, n):
-    return {"id": f"g{n}", "source": SOURCE, "summary": rng.choice(["Lindford will build a library.",
-                                                                        "Work on the library begins in March."])}
+    return {
+        "id": f"g{n}",
+        "source": SOURCE,
+        "summary": rng.choice(["Lindford will build a library.", "Work on the library begins in March."]),
+    }
 
 
 def bad_line(rng, n) -> bytes:
     """One malformed JSONL line of a random kind."""
     kind = rng.randrange(9)
     if kind == 0:
-        return json.dumps(good(rng, n)).encode()[:rng.randrange(5, 40)]  # cut mid-object
+        return json.dumps(good(rng, n)).encode()[: rng.randrange(5, 40)]  # cut mid-object
     if kind == 1:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 60))).replace(b"\n", b" ").replace(b"\r", b" ")
     if kind == 2:
@@ -54,9 +58,14 @@ def cases():
             mixed.append(bad_line(rng, n))
             expected.append(False)
     body = b"\n".join(mixed) + b"\n"
-    cut = body[:len(body) - rng.randrange(5, 30)]  # a file cut off inside its last line
-    csv_lines = ["id,source,summary", f'c1,"{SOURCE}",A library.', "c2,only two", f'c3,"{SOURCE}",Work, in March',
-                 f'c4,"{SOURCE}","Quoted, with a comma."']
+    cut = body[: len(body) - rng.randrange(5, 30)]  # a file cut off inside its last line
+    csv_lines = [
+        "id,source,summary",
+        f'c1,"{SOURCE}",A library.',
+        "c2,only two",
+        f'c3,"{SOURCE}",Work, in March',
+        f'c4,"{SOURCE}","Quoted, with a comma."',
+    ]
     return {
         "mixed.jsonl": (body, expected),
         "cut.jsonl": (cut, expected[:-1] + [False]),
@@ -73,8 +82,13 @@ def test_malformed_input_never_crashes_and_loses_no_good_row(tmp_path, name):
     src.write_bytes(data)
     out = tmp_path / "out.jsonl"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet",
-                           "--no-cache"], capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--quiet", "--no-cache"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode in (0, 1, 2), proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     assert src.read_bytes() == data  # the input is never touched

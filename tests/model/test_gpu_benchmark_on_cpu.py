@@ -3,6 +3,7 @@
 A device call is short and cannot be repeated at will, so what it runs must be known to work: the ladder writes its
 results after every rung (a run cut short keeps them), runs the full engine first, and reports NaN counts.
 """
+
 import json
 import os
 import subprocess
@@ -19,10 +20,34 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_gpu_ladder_writes_the_full_engine_first_and_keeps_it_when_cut_short(tmp_path):
     out = tmp_path / "throughput_gpu"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "benchmarks/throughput.py", "--config", "gpu", "--allow-cpu",
-                             "--layers", "1", "--vocab", "0", "--samples", "2", "--questions", "1",
-                             "--rungs", "7,0", "--shared-rungs", "", "--out", str(out)],
-                            cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "benchmarks/throughput.py",
+            "--config",
+            "gpu",
+            "--allow-cpu",
+            "--layers",
+            "1",
+            "--vocab",
+            "0",
+            "--samples",
+            "2",
+            "--questions",
+            "1",
+            "--rungs",
+            "7,0",
+            "--shared-rungs",
+            "",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         deadline = time.time() + 600
         for line in proc.stderr:  # stop the run as soon as its first rung is reported, as a device timeout would

@@ -3,6 +3,7 @@
 `transformers serve` ignores response_format (it logs "Ignoring unsupported fields"), so this also checks, for real,
 that the engine notices, falls back to the schema in the prompt, validates every output and says so in the rows.
 """
+
 import json
 import os
 import socket
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from offline_sumscore.engine.judge import models_root
 from offline_sumscore.engine.openai_compatible import PROMPT_MODE
-from offline_sumscore.judge import models_root
 
 pytestmark = pytest.mark.model
 MODEL = models_root() / "SmolLM2-135M-Instruct"
@@ -28,8 +29,13 @@ def served():
         port = s.getsockname()[1]
     cli = Path(sys.executable).parent / "transformers"
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    proc = subprocess.Popen([str(cli), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "--device",
-                             "cpu"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [str(cli), "serve", str(MODEL), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 180
     while time.time() < deadline:
         try:
@@ -49,12 +55,42 @@ def served():
 
 def test_cli_scores_through_a_real_local_server_and_records_the_fallback(tmp_path, served):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
-    src.write_text(json.dumps({"id": "x", "source": "The council of Lindford voted to build a library. Work begins "
-                                                   "in March.", "summary": "Lindford will build a library.",
-                               "questions": ["Will Lindford build a library?"]}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--judge-url",
-                           served, "--judge-model", str(MODEL), "--max-claims", "4", "--max-text-chars", "40",
-                           "--no-reason", "--no-cache", "--quiet"], capture_output=True, text=True, timeout=600)
+    src.write_text(
+        json.dumps(
+            {
+                "id": "x",
+                "source": "The council of Lindford voted to build a library. Work begins in March.",
+                "summary": "Lindford will build a library.",
+                "questions": ["Will Lindford build a library?"],
+            }
+        )
+        + "\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "offline_sumscore",
+            "score",
+            str(src),
+            "-o",
+            str(out),
+            "--judge-url",
+            served,
+            "--judge-model",
+            str(MODEL),
+            "--max-claims",
+            "4",
+            "--max-text-chars",
+            "40",
+            "--no-reason",
+            "--no-cache",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]  # 1: the 135M judge may write JSON that fails validation
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["judge" if "judge" in row else "stages"] is not None

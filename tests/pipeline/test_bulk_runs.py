@@ -2,6 +2,7 @@
 
 The scripted judge replies with fixed JSON and records every request, so these tests can count what reached it.
 """
+
 import json
 import multiprocessing
 
@@ -9,29 +10,18 @@ import pytest
 from click.testing import CliRunner
 
 from offline_sumscore import SummarizationScorer, SummaryScore
-from offline_sumscore.bulk import read_finished, run_bulk
+from offline_sumscore.analysis.row_diff import without_timing
 from offline_sumscore.cli import main
+from offline_sumscore.core import schemas
+from offline_sumscore.core.samples import BadRow
+from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine.scripted import Raises, ScriptedEngine, Truncated
-from offline_sumscore.samples import BadRow, read_rows
-from offline_sumscore.stage_cache import StageCache
-from offline_sumscore.stages import StageRequest, StageResult
-from offline_sumscore import schemas
+from offline_sumscore.engine.stage_cache import StageCache
+from offline_sumscore.io.inputs import read_rows
+from offline_sumscore.runs.bulk import read_finished, run_bulk
 from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SUPPORT, enqueue_two_axis, write_jsonl
 
 GOOD = {"id": "ok", "source": "A source that is long enough to hold its summary.", "summary": "A summary."}
-
-
-def without_timing(rows):
-    """Rows with the fields that may differ between two runs of the same work removed: wall times, whether a
-    stage was answered from the cache, and how many requests reached the engine together with it (batch_size: in a
-    stream that depends on the company a row runs in, e.g. one process against a pool of workers)."""
-    def strip(x):
-        if isinstance(x, dict):
-            return {k: strip(v) for k, v in x.items() if k not in ("seconds", "cached", "batch_size")}
-        if isinstance(x, list):
-            return [strip(v) for v in x]
-        return x
-    return [strip(r) for r in rows]
 
 
 def feed(scripted, n):
@@ -41,26 +31,46 @@ def feed(scripted, n):
 # -- bad input --------------------------------------------------------------------------------------------------
 BAD_JSONL = [
     ("missing_field", json.dumps({"id": "m", "source": "Some source text."}), 'field "summary" is missing'),
-    ("not_a_string", json.dumps({"id": "n", "source": "Some source text.", "summary": 42}),
-     'field "summary" must be a string; got int'),
-    ("not_a_string", json.dumps({"id": "n2", "source": None, "summary": "x"}), 'field "source" must be a string; got null'),
-    ("empty_text", json.dumps({"id": "e", "source": "Some source text.", "summary": "  \n\t "}),
-     'field "summary" is empty or whitespace-only'),
-    ("invalid_utf8", b'{"id": "u", "source": "caf\xe9 society is a long source", "summary": "x"}',
-     'field "source" is not valid UTF-8 (byte 0xe9 at character 3)'),
+    (
+        "not_a_string",
+        json.dumps({"id": "n", "source": "Some source text.", "summary": 42}),
+        'field "summary" must be a string; got int',
+    ),
+    (
+        "not_a_string",
+        json.dumps({"id": "n2", "source": None, "summary": "x"}),
+        'field "source" must be a string; got null',
+    ),
+    (
+        "empty_text",
+        json.dumps({"id": "e", "source": "Some source text.", "summary": "  \n\t "}),
+        'field "summary" is empty or whitespace-only',
+    ),
+    (
+        "invalid_utf8",
+        b'{"id": "u", "source": "caf\xe9 society is a long source", "summary": "x"}',
+        'field "source" is not valid UTF-8 (byte 0xe9 at character 3)',
+    ),
     ("invalid_json", '{"id": "j", "source": "unterminated', "is not valid JSON"),
     ("invalid_json", '["a", "list"]', "must be a JSON object; got list"),
     ("duplicate_id", json.dumps(dict(GOOD, summary="Another summary.")), 'field "id" repeats the id of line 1'),
-    ("summary_longer_than_source", json.dumps({"id": "l", "source": "Short.", "summary": "A much longer summary."}),
-     'field "summary" (22 characters) is longer than source (6 characters)'),
-    ("control_character", json.dumps({"id": "c", "source": "Bell \u0007 in the source text.", "summary": "x"}),
-     'field "source" contains control character U+0007 at character 5'),
+    (
+        "summary_longer_than_source",
+        json.dumps({"id": "l", "source": "Short.", "summary": "A much longer summary."}),
+        'field "summary" (22 characters) is longer than source (6 characters)',
+    ),
+    (
+        "control_character",
+        json.dumps({"id": "c", "source": "Bell \u0007 in the source text.", "summary": "x"}),
+        'field "source" contains control character U+0007 at character 5',
+    ),
 ]
 
 
 @pytest.mark.parametrize("cause,line,message", BAD_JSONL, ids=[f"{c}-{i}" for i, (c, _, _) in enumerate(BAD_JSONL)])
 def test_each_bad_jsonl_row_fails_alone_with_its_line_id_and_field_and_the_run_finishes(
-        tmp_path, use_scripted, cause, line, message):
+    tmp_path, use_scripted, cause, line, message
+):
     feed(use_scripted, 2)
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     bad = line if isinstance(line, bytes) else line.encode()
@@ -85,8 +95,10 @@ def test_csv_row_with_the_wrong_number_of_fields_fails_alone(tmp_path, use_scrip
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet"])
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert result.exit_code == 1 and rows[0]["score"] == 0.5
-    assert rows[1]["error"]["cause"] == "input:csv_columns" and "in.csv:3: has 2 fields; the header has 3" in \
-        rows[1]["error"]["message"]
+    assert (
+        rows[1]["error"]["cause"] == "input:csv_columns"
+        and "in.csv:3: has 2 fields; the header has 3" in rows[1]["error"]["message"]
+    )
 
 
 def test_csv_without_the_needed_columns_is_one_line_before_anything_runs(tmp_path, use_scripted):
@@ -94,15 +106,22 @@ def test_csv_without_the_needed_columns_is_one_line_before_anything_runs(tmp_pat
     src.write_text("id,text\n1,hello\n")
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 2
-    assert result.output.strip() == (f"Error: {src}:1: CSV header lacks column(s) source, summary; it has 'id,text' "
-                                     f"(split by commas: id, text)")
+    assert result.output.strip() == (
+        f"Error: {src}:1: CSV header lacks column(s) source, summary; it has 'id,text' (split by commas: id, text)"
+    )
 
 
 def test_text_in_other_scripts_is_scored_and_kept_verbatim(tmp_path, use_scripted):
     feed(use_scripted, 3)
-    rows = [{"id": "zh", "source": "市议会周二投票决定在磨坊街建造一座新的公共图书馆。工程将于三月开工。", "summary": "将建图书馆。"},
-            {"id": "ar", "source": "صوّت مجلس المدينة يوم الثلاثاء على بناء مكتبة عامة جديدة.", "summary": "مكتبة جديدة."},
-            {"id": "emoji", "source": "The council 🏛️ voted for a library 📚 on Mill Street.", "summary": "Library 📚."}]
+    rows = [
+        {
+            "id": "zh",
+            "source": "市议会周二投票决定在磨坊街建造一座新的公共图书馆。工程将于三月开工。",
+            "summary": "将建图书馆。",
+        },
+        {"id": "ar", "source": "صوّت مجلس المدينة يوم الثلاثاء على بناء مكتبة عامة جديدة.", "summary": "مكتبة جديدة."},
+        {"id": "emoji", "source": "The council 🏛️ voted for a library 📚 on Mill Street.", "summary": "Library 📚."},
+    ]
     src, out = write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
@@ -114,8 +133,9 @@ def test_text_in_other_scripts_is_scored_and_kept_verbatim(tmp_path, use_scripte
 def test_long_summary_is_scored_when_allowed(tmp_path, use_scripted):
     feed(use_scripted, 1)
     src = write_jsonl(tmp_path / "in.jsonl", [{"id": "l", "source": "Short.", "summary": "A much longer summary."}])
-    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--quiet",
-                                       "--allow-long-summary"])
+    result = CliRunner().invoke(
+        main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--quiet", "--allow-long-summary"]
+    )
     assert result.exit_code == 0, result.output
 
 
@@ -134,8 +154,9 @@ def test_a_capped_stage_is_retried_once_with_twice_the_cap_and_keeps_the_first_a
 def test_a_stage_that_fails_twice_is_a_failed_row_with_its_raw_output_never_a_score(scripted):
     scripted.enqueue("claims", Truncated('{"claims": ["cl'), Truncated('{"claims": ["claim'))
     scripted.enqueue("questions", QUESTIONS)
-    (row,) = SummarizationScorer(engine=scripted).score_many([("A source that is long.", "A summary.")],
-                                                              on_error="return")
+    (row,) = SummarizationScorer(engine=scripted).score_many(
+        [("A source that is long.", "A summary.")], on_error="return"
+    )
     d = row.to_dict()
     assert d["score"] is None and d["error"]["cause"] == "claims:cap"
     assert d["error"]["raw_output"] == '{"claims": ["claim'
@@ -154,8 +175,10 @@ def test_an_engine_that_raises_is_retried_once_and_then_recorded(scripted):
 
 # -- resume after a crash ----------------------------------------------------------------------------------------
 def five_rows(tmp_path):
-    rows = [dict(GOOD, id=f"r{i}", source=f"Source number {i} is long enough to be judged.", summary=f"Summary {i}.")
-            for i in range(5)]
+    rows = [
+        dict(GOOD, id=f"r{i}", source=f"Source number {i} is long enough to be judged.", summary=f"Summary {i}.")
+        for i in range(5)
+    ]
     return write_jsonl(tmp_path / "in.jsonl", rows)
 
 
@@ -219,11 +242,13 @@ def test_a_rerun_with_the_cache_sends_nothing_to_the_judge(tmp_path, use_scripte
 
 
 def test_likelihood_requests_that_differ_only_in_their_statement_are_cached_apart(tmp_path, scripted):
-    from offline_sumscore.stage_cache import CachedEngine
+    from offline_sumscore.engine.stage_cache import CachedEngine
 
     prompt = ({"role": "user", "content": "<article>\nA source.\n</article>"},)
-    reqs = [StageRequest(str(i), "support", prompt, schemas.Likelihood, continuation=s) for i, s in
-            enumerate(["First statement.", "Second statement."])]
+    reqs = [
+        StageRequest(str(i), "support", prompt, schemas.Likelihood, continuation=s)
+        for i, s in enumerate(["First statement.", "Second statement."])
+    ]
     scripted.enqueue("support", {"mean_logprob": -1.0, "tokens": 2}, {"mean_logprob": -5.0, "tokens": 2})
     cached = CachedEngine(scripted, StageCache(tmp_path / "c.sqlite"))
     first = cached.run(reqs)
@@ -247,8 +272,15 @@ def _write_many(path, start):
     schema = schemas.ragas_answer()
     for i in range(start, start + 200):
         req = StageRequest(str(i), "ragas_answers", ({"role": "user", "content": f"q{i % 300}"},), schema)
-        cache.put([(StageCache.key({"identity": "x"}, req),
-                    StageResult(request=req, value=schema(answer="1"), raw_output='{"answer": "1"}'))], {})
+        cache.put(
+            [
+                (
+                    StageCache.key({"identity": "x"}, req),
+                    StageResult(request=req, value=schema(answer="1"), raw_output='{"answer": "1"}'),
+                )
+            ],
+            {},
+        )
 
 
 def test_processes_share_one_cache_file_safely(tmp_path):
@@ -273,15 +305,19 @@ def test_a_source_longer_than_the_context_is_judged_in_pieces_never_truncated(sc
     # support: each claim against each of the 3 pieces, claim by claim
     scripted.enqueue("support", "Yes", "No", "No", "No", "No", "Yes\nReason: there")
     scripted.enqueue("coverage", *["Yes"] * 4)
-    r = SummarizationScorer(engine=scripted, max_questions=4, prompt_style="bare").score(source,
-                                                                                         "Harbours 3 and 14 opened.")
+    r = SummarizationScorer(engine=scripted, max_questions=4, prompt_style="bare").score(
+        source, "Harbours 3 and 14 opened."
+    )
     assert r.source_pieces == 3
     pieces = [q.messages[-1]["content"] for q in scripted.requests if q.stage == "questions"]
     assert all(scripted.words(q) <= 150 for q in scripted.requests)
     assert all(s in "".join(pieces) for s in sentences)  # every sentence reached the judge
     assert r.questions == questions  # 4 questions shared 1/1/2 by the pieces' lengths
-    assert [q.schema.model_json_schema()["properties"]["questions"]["maxItems"]
-            for q in scripted.requests if q.stage == "questions"] == [1, 1, 2]
+    assert [
+        q.schema.model_json_schema()["properties"]["questions"]["maxItems"]
+        for q in scripted.requests
+        if q.stage == "questions"
+    ] == [1, 1, 2]
     assert [c["supported"] for c in r.claims] == [True, True] and [c["piece"] for c in r.claims] == [0, 2]
     assert r.claims[1]["reason"] == "there"
     assert set(r.stages) >= {"claims", "questions.0", "questions.1", "questions.2", "support.1.0", "support.1.2"}
@@ -309,11 +345,19 @@ def test_a_300_kb_source_goes_in_pieces_sized_by_the_real_tokenizer_and_finishes
     judge's real tokenizer and its 8,192-token context, as the engine sizes them."""
     from transformers import AutoTokenizer
 
-    from offline_sumscore.judge import Judge, models_root
+    from offline_sumscore.engine.judge import Judge, models_root
 
     tokenizer = AutoTokenizer.from_pretrained(str(models_root() / "SmolLM2-135M-Instruct"), local_files_only=True)
-    judge = Judge(model=None, tokenizer=tokenizer, name="t", path="", device="cpu", dtype="float32", identity="t",
-                  context_length=8192)
+    judge = Judge(
+        model=None,
+        tokenizer=tokenizer,
+        name="t",
+        path="",
+        device="cpu",
+        dtype="float32",
+        identity="t",
+        context_length=8192,
+    )
 
     class TokenizerSized(ScriptedEngine):
         def spare_tokens(self, request):
@@ -323,25 +367,36 @@ def test_a_300_kb_source_goes_in_pieces_sized_by_the_real_tokenizer_and_finishes
 
         def run(self, requests):
             self.requests.extend(requests)
-            return [StageResult(request=r, value=schemas.Likelihood(mean_logprob=-4.0 if r.stage == "baseline"
-                                                                    else -1.0, tokens=3), raw_output="",
-                                tokens_in=self.spare_tokens(r)) for r in requests]
+            return [
+                StageResult(
+                    request=r,
+                    value=schemas.Likelihood(mean_logprob=-4.0 if r.stage == "baseline" else -1.0, tokens=3),
+                    raw_output="",
+                    tokens_in=self.spare_tokens(r),
+                )
+                for r in requests
+            ]
 
     rng = __import__("random").Random(3)
     towns = ["Lindford", "Ostby", "Harlow", "Kessel", "Brenton", "Tamsk"]
     sentences = []
     while sum(map(len, sentences)) < 300_000:
-        sentences.append(f"In {1700 + len(sentences)}, {rng.choice(towns)} opened a "
-                         f"{rng.choice(['mill', 'school', 'harbour'])} for {rng.randint(5, 900)} workers. ")
+        sentences.append(
+            f"In {1700 + len(sentences)}, {rng.choice(towns)} opened a "
+            f"{rng.choice(['mill', 'school', 'harbour'])} for {rng.randint(5, 900)} workers. "
+        )
     source = "".join(sentences)
     engine, notes = TokenizerSized(), []
-    scorer = SummarizationScorer(engine=engine, claims="sentences", coverage="key_sentences", verdicts="likelihood",
-                                 prompt_style="bare")
+    scorer = SummarizationScorer(
+        engine=engine, claims="sentences", coverage="key_sentences", verdicts="likelihood", prompt_style="bare"
+    )
     scorer.notify = notes.append
     r = scorer.score(source, "Towns opened mills, schools and harbours.")
     articles = sorted({q.messages[-1]["content"] for q in engine.requests if q.stage == "support"})
     assert r.source_pieces == len(articles) >= 10 and r.claims[0]["supported"]
     assert all(engine.spare_tokens(q) >= 0 for q in engine.requests)  # every request fits the real context
     assert sum(len(a) for a in articles) > len(source)  # every character of the source reached the judge
-    assert notes == [f"row 0: its source ({len(source):,} characters) is longer than the judge's context; judged "
-                     f"in {r.source_pieces} pieces"]
+    assert notes == [
+        f"row 0: its source ({len(source):,} characters) is longer than the judge's context; judged "
+        f"in {r.source_pieces} pieces"
+    ]

@@ -1,4 +1,5 @@
 """The `sumscore` CLI on small files, with the scorers' engine swapped for a scripted judge."""
+
 import json
 
 import pytest
@@ -7,16 +8,19 @@ from click.testing import CliRunner
 from offline_sumscore.cli import main
 from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SUPPORT, enqueue_two_axis, write_jsonl
 
-ROWS = [{"id": "a", "source": "Source A is long enough.", "summary": "Sum A"},
-        {"id": "b", "source": "Source B is long enough.", "summary": "Sum B"},
-        {"id": "c", "source": "Source C is long enough.", "summary": "Sum C"}]
+ROWS = [
+    {"id": "a", "source": "Source A is long enough.", "summary": "Sum A"},
+    {"id": "b", "source": "Source B is long enough.", "summary": "Sum B"},
+    {"id": "c", "source": "Source C is long enough.", "summary": "Sum C"},
+]
 
 
 def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, use_scripted):
     enqueue_two_axis(use_scripted, len(ROWS))
     src, out = write_jsonl(tmp_path / "in.jsonl", ROWS), tmp_path / "out.jsonl"
-    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--max-questions", "5", "--quiet"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, ["score", str(src), "-o", str(out), "--max-questions", "5", "--quiet"], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["a", "b", "c"] and [r["line"] for r in rows] == [1, 2, 3]
@@ -32,9 +36,25 @@ def test_summary_score_from_csv_with_mapped_fields(tmp_path, use_scripted):
     use_scripted.enqueue("ragas_answers", {"answer": "1"})
     src, out = tmp_path / "in.csv", tmp_path / "out.jsonl"
     src.write_text('doc,abstract,id\n"A long source, with a comma.",Short.,x1\n')
-    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--metric", "summary-score",
-                                       "--source-field", "doc", "--summary-field", "abstract", "--coeff", "0",
-                                       "--quiet"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        [
+            "score",
+            str(src),
+            "-o",
+            str(out),
+            "--metric",
+            "summary-score",
+            "--source-field",
+            "doc",
+            "--summary-field",
+            "abstract",
+            "--coeff",
+            "0",
+            "--quiet",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     (row,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert row["id"] == "x1" and row["score"] == 1.0 and row["qa"] == 1.0
@@ -81,7 +101,8 @@ def test_help_everywhere(args):
 
 def test_missing_model_path_is_one_line(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", ROWS[:1])
-    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--model",
-                                       str(tmp_path / "nope")])
+    result = CliRunner().invoke(
+        main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--model", str(tmp_path / "nope")]
+    )
     assert result.exit_code == 2
     assert result.output.strip().startswith(f"Error: {tmp_path / 'nope'} does not exist; pass a Hugging Face")

@@ -1,10 +1,12 @@
 """`sumscore compare` on OUTPUT files of every format the project writes (rows made here, no model)."""
+
 import json
 
 from click.testing import CliRunner
 
-from offline_sumscore.cli import compare_files, main
-from offline_sumscore.formats import write_rows
+from offline_sumscore.cli import main
+from offline_sumscore.io.outputs import write_rows
+from offline_sumscore.runs.files import compare_files
 
 
 def system_rows(offset: float, *, docs=20, failed=(), prompt_version="v1"):
@@ -12,16 +14,38 @@ def system_rows(offset: float, *, docs=20, failed=(), prompt_version="v1"):
     for i in range(docs):
         doc = f"doc{i}"
         if doc in failed:
-            out.append({"id": f"{doc}:s", "doc_id": doc, "source_hash": f"h{i}", "metric": "two-axis", "score": None,
-                        "stages": {}, "error": {"stage": "support", "cause": "schema", "message": "bad JSON"}})
+            out.append(
+                {
+                    "id": f"{doc}:s",
+                    "doc_id": doc,
+                    "source_hash": f"h{i}",
+                    "metric": "two-axis",
+                    "score": None,
+                    "stages": {},
+                    "error": {"stage": "support", "cause": "schema", "message": "bad JSON"},
+                }
+            )
             continue
         s = round(min(1.0, 0.4 + 0.05 * (i % 3) + offset), 3)
-        out.append({"id": f"{doc}:s", "doc_id": doc, "source_hash": f"h{i}", "metric": "two-axis", "score": s,
-                    "alignment": s, "coverage": 1.0, "soft_alignment": s, "soft_coverage": 0.9,
-                    "claims": [{"claim": f"claim {i}", "supported": offset > 0}],
-                    "questions": [f"question {i}?"], "coverage_verdicts": [{"answered": True}],
-                    "settings": {"prompt_version": prompt_version}, "stages": {},
-                    "judge": {"name": "SmolLM2-135M-Instruct", "identity": "98748f7a", "dtype": "float32"}})
+        out.append(
+            {
+                "id": f"{doc}:s",
+                "doc_id": doc,
+                "source_hash": f"h{i}",
+                "metric": "two-axis",
+                "score": s,
+                "alignment": s,
+                "coverage": 1.0,
+                "soft_alignment": s,
+                "soft_coverage": 0.9,
+                "claims": [{"claim": f"claim {i}", "supported": offset > 0}],
+                "questions": [f"question {i}?"],
+                "coverage_verdicts": [{"answered": True}],
+                "settings": {"prompt_version": prompt_version},
+                "stages": {},
+                "judge": {"name": "SmolLM2-135M-Instruct", "identity": "98748f7a", "dtype": "float32"},
+            }
+        )
     return out
 
 
@@ -35,8 +59,11 @@ def test_compare_reads_jsonl_csv_and_a_folder_of_parquet_shards_and_writes_table
     write_rows(rows_c[:4], shards / "part-00000.parquet")
     write_rows(rows_c[4:], shards / "part-00001.parquet")
     html, js = tmp_path / "compare.html", tmp_path / "compare.json"
-    result = CliRunner().invoke(main, ["compare", str(a), str(b), str(shards), "-o", str(html), "--json", str(js),
-                                       "--resamples", "2000"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        main,
+        ["compare", str(a), str(b), str(shards), "-o", str(html), "--json", str(js), "--resamples", "2000"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     assert "18 documents scored by every system" in result.output  # doc3 failed in B, doc19 missing from C
     assert "sysB: 2 row(s) left out: 1 failed" in result.output

@@ -1,19 +1,24 @@
 """Formats (JSONL, CSV, Parquet, datasets directories, DataFrames) and the peer-shaped outputs, on a scripted judge."""
+
 import pytest
 from click.testing import CliRunner
 
 from offline_sumscore import SummarizationScorer, SummaryScore
 from offline_sumscore.cli import main
-from offline_sumscore.formats import read_results, score_frame, write_rows
+from offline_sumscore.io.outputs import read_results, write_rows
 from offline_sumscore.peers.mastra import to_mastra
+from offline_sumscore.runs.files import score_file
+from offline_sumscore.runs.frame import score_frame
 from offline_sumscore.testing import assert_summary
 from tests.conftest import QUESTIONS, enqueue_two_axis, write_jsonl
 
 pd = pytest.importorskip("pandas")
 pa = pytest.importorskip("pyarrow")
 
-ROWS = [{"id": "a", "source": "Source A is long enough to judge.", "summary": "Sum A"},
-        {"id": "b", "source": "Source B is long enough to judge.", "summary": "Sum B"}]
+ROWS = [
+    {"id": "a", "source": "Source A is long enough to judge.", "summary": "Sum A"},
+    {"id": "b", "source": "Source B is long enough to judge.", "summary": "Sum B"},
+]
 
 
 def feed(scripted, n):
@@ -61,11 +66,24 @@ def test_cli_reads_parquet_and_writes_csv(tmp_path, use_scripted):
 def test_cli_reads_a_datasets_save_to_disk_directory(tmp_path, use_scripted):
     datasets = pytest.importorskip("datasets")
     feed(use_scripted, 2)
-    datasets.Dataset.from_list([{"doc": r["source"], "abstract": r["summary"], "id": r["id"]} for r in ROWS]) \
-        .save_to_disk(str(tmp_path / "ds"))
+    datasets.Dataset.from_list(
+        [{"doc": r["source"], "abstract": r["summary"], "id": r["id"]} for r in ROWS]
+    ).save_to_disk(str(tmp_path / "ds"))
     out = tmp_path / "out.parquet"
-    result = CliRunner().invoke(main, ["score", str(tmp_path / "ds"), "-o", str(out), "--source-field", "doc",
-                                       "--summary-field", "abstract", "--quiet"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "score",
+            str(tmp_path / "ds"),
+            "-o",
+            str(out),
+            "--source-field",
+            "doc",
+            "--summary-field",
+            "abstract",
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert [r["id"] for r in read_results(out)] == ["a", "b"]
 
@@ -95,8 +113,9 @@ def test_a_folder_of_shards_is_one_input_in_name_order(tmp_path, use_scripted):
 
 def test_score_frame_adds_result_columns_in_order_and_marks_a_bad_row(scripted):
     feed(scripted, 2)
-    df = pd.DataFrame({"text": [ROWS[0]["source"], "   ", ROWS[1]["source"]],
-                       "summ": [ROWS[0]["summary"], "x", ROWS[1]["summary"]]})
+    df = pd.DataFrame(
+        {"text": [ROWS[0]["source"], "   ", ROWS[1]["source"]], "summ": [ROWS[0]["summary"], "x", ROWS[1]["summary"]]}
+    )
     out = score_frame(df, source="text", summary="summ", scorer=SummarizationScorer(engine=scripted))
     assert out["score"][0] == out["score"][2] == 0.5 and pd.isna(out["score"][1])  # pandas' missing value
     assert out.loc[1, "error"]["cause"] == "input:empty_text" and "text" in out.loc[1, "error"]["message"]
@@ -112,11 +131,17 @@ def test_mastra_shape_names_every_field_as_mastra_does(tmp_path, use_scripted):
     assert result.exit_code == 0, result.output
     (row,) = read_results(out)
     assert set(row) == {"id", "score", "reason", "preprocessStepResult", "analyzeStepResult"}
-    assert row["preprocessStepResult"]["alignment"][2] == {"claim": "It costs 5 million pounds.", "supported": False,
-                                                          "reason": "the source says 4 million"}
+    assert row["preprocessStepResult"]["alignment"][2] == {
+        "claim": "It costs 5 million pounds.",
+        "supported": False,
+        "reason": "the source says 4 million",
+    }
     assert row["preprocessStepResult"]["questions"] == QUESTIONS["questions"]
-    assert row["analyzeStepResult"]["coverage"][1] == {"question": "Will construction begin in March?",
-                                                      "answered": False, "reason": "no date given"}
+    assert row["analyzeStepResult"]["coverage"][1] == {
+        "question": "Will construction begin in March?",
+        "answered": False,
+        "reason": "no date given",
+    }
     assert (tmp_path / "out.jsonl.rows.jsonl").exists()  # the resumable record beside it
     with pytest.raises(ValueError, match="two-axis"):
         to_mastra({"metric": "summary-score", "score": 1})
@@ -125,23 +150,29 @@ def test_mastra_shape_names_every_field_as_mastra_does(tmp_path, use_scripted):
 def test_ragas_style_result_has_value(scripted):
     scripted.enqueue("keyphrases", {"keyphrases": ["A"]}).enqueue("ragas_questions", {"questions": ["Q?"]})
     scripted.enqueue("ragas_answers", {"answer": "1"})
-    r = SummaryScore(engine=scripted, length_penalty=False).score(reference_contexts=["Some text.", "More."],
-                                                                  response="Text.")
+    r = SummaryScore(engine=scripted, length_penalty=False).score(
+        reference_contexts=["Some text.", "More."], response="Text."
+    )
     assert r.value == r.score == 1.0
 
 
 def test_assert_summary_fails_with_the_reason_and_the_failing_verdicts(scripted):
     feed(scripted, 1)
     with pytest.raises(AssertionError) as exc:
-        assert_summary(ROWS[0]["source"], ROWS[0]["summary"], min_score=0.7,
-                       scorer=SummarizationScorer(engine=scripted))
+        assert_summary(
+            ROWS[0]["source"], ROWS[0]["summary"], min_score=0.7, scorer=SummarizationScorer(engine=scripted)
+        )
     text = str(exc.value)
     assert text.startswith("summary scored 0.50 < 0.70: The score is 0.5 because coverage")
     assert "unsupported claim: It costs 5 million pounds. (the source says 4 million)" in text
     assert "unanswered question: Will construction begin in March?" in text
     feed(scripted, 1)
-    assert assert_summary(ROWS[0]["source"], ROWS[0]["summary"], min_score=0.5,
-                          scorer=SummarizationScorer(engine=scripted)).score == 0.5
+    assert (
+        assert_summary(
+            ROWS[0]["source"], ROWS[0]["summary"], min_score=0.5, scorer=SummarizationScorer(engine=scripted)
+        ).score
+        == 0.5
+    )
 
 
 class Case:  # DeepEval's LLMTestCase fields, for a run without deepeval installed
@@ -165,11 +196,13 @@ def test_deepeval_metric_runs_inside_deepeval_when_installed(scripted):
     deepeval = pytest.importorskip("deepeval")
     from deepeval.metrics import BaseMetric
     from deepeval.test_case import LLMTestCase
+
     from offline_sumscore.peers.deepeval import LocalSummarizationMetric
 
     feed(scripted, 1)
-    metric = LocalSummarizationMetric(threshold=0.4, scorer=SummarizationScorer(engine=scripted),
-                                      assessment_questions=QUESTIONS["questions"])
+    metric = LocalSummarizationMetric(
+        threshold=0.4, scorer=SummarizationScorer(engine=scripted), assessment_questions=QUESTIONS["questions"]
+    )
     assert isinstance(metric, BaseMetric)
     metric.measure(LLMTestCase(input=ROWS[0]["source"], actual_output=ROWS[0]["summary"]))
     assert metric.score == 0.5 and metric.is_successful()
@@ -181,16 +214,18 @@ def test_python_api_scores_a_parquet_file_into_csv(tmp_path, scripted):
 
     feed(scripted, 2)
     pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "in.parquet")
-    rows = SummarizationScorer(engine=scripted).score_file(tmp_path / "in.parquet", tmp_path / "out.csv")
-    assert [r["score"] for r in rows] == [0.5, 0.5]
+    run = score_file(tmp_path / "in.parquet", tmp_path / "out.csv", SummarizationScorer(engine=scripted))
+    assert [r["score"] for r in run.report.rows] == [0.5, 0.5]
     assert [r["id"] for r in read_results(tmp_path / "out.csv")] == ["a", "b"]
 
 
 def test_output_to_a_folder_writes_shards_in_order(tmp_path, use_scripted):
     feed(use_scripted, 3)
     src = write_jsonl(tmp_path / "in.jsonl", ROWS + [dict(ROWS[0], id="c")])
-    result = CliRunner().invoke(main, ["score", str(src), "-o", f"{tmp_path / 'out'}/", "--shard-rows", "2",
-                                       "--shard-format", "parquet", "--quiet"])
+    result = CliRunner().invoke(
+        main,
+        ["score", str(src), "-o", f"{tmp_path / 'out'}/", "--shard-rows", "2", "--shard-format", "parquet", "--quiet"],
+    )
     assert result.exit_code == 0, result.output
     shards = sorted(p.name for p in (tmp_path / "out").glob("part-*"))
     assert shards == ["part-00000.parquet", "part-00001.parquet"]

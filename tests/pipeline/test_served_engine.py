@@ -1,6 +1,7 @@
 """ServedEngine against a small OpenAI-compatible server on loopback (the standard library's http.server, answering
 fixed JSON): retries, the 400 that rejects response_format, and the fall-back it triggers. The same engine against a
 real model server is tested in tests/model/test_served_judge.py."""
+
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,9 +22,16 @@ class Server:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.bodies.append(body)
                 status, content = outer.script.pop(0) if outer.script else (200, "Yes")
-                payload = (json.dumps({"choices": [{"message": {"content": content}, "finish_reason": "stop"}],
-                                       "usage": {"prompt_tokens": 11, "completion_tokens": 5}})
-                           if status == 200 else content)
+                payload = (
+                    json.dumps(
+                        {
+                            "choices": [{"message": {"content": content}, "finish_reason": "stop"}],
+                            "usage": {"prompt_tokens": 11, "completion_tokens": 5},
+                        }
+                    )
+                    if status == 200
+                    else content
+                )
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.end_headers()
@@ -47,6 +55,7 @@ def server():
     def start(script):
         servers.append(Server(script))
         return servers[-1]
+
     yield start
     for s in servers:
         s.close()
@@ -83,8 +92,8 @@ def test_a_verdict_that_is_not_yes_or_no_is_a_failed_stage_with_its_raw_text(ser
 
 
 def test_likelihood_verdicts_fail_loudly_on_a_served_judge(server):
-    from offline_sumscore import schemas
-    from offline_sumscore.stages import StageRequest
+    from offline_sumscore.core import schemas
+    from offline_sumscore.core.stages import StageRequest
 
     srv = server([])
     req = StageRequest("x", "support", ({"role": "user", "content": "text"},), schemas.Likelihood, continuation="c")
@@ -100,18 +109,25 @@ def test_a_400_naming_response_format_also_falls_back(server):
 
 
 def claims_request():
-    from offline_sumscore import prompts, schemas
-    from offline_sumscore.stages import StageRequest
+    from offline_sumscore.core import prompts, schemas
+    from offline_sumscore.core.stages import StageRequest
 
     return [StageRequest("x", "claims", tuple(prompts.claims_prompt("A sum.")), schemas.claims_list(8, 100))]
 
 
 def verdict_request():
-    from offline_sumscore import prompts, schemas
-    from offline_sumscore.stages import StageRequest
+    from offline_sumscore.core import prompts, schemas
+    from offline_sumscore.core.stages import StageRequest
 
-    return [StageRequest("x", "coverage", tuple(prompts.question_prompt("A sum.", "Q?")),
-                         schemas.yes_no_verdict(None), verdict_choice=("Y", "N"))]
+    return [
+        StageRequest(
+            "x",
+            "coverage",
+            tuple(prompts.question_prompt("A sum.", "Q?")),
+            schemas.yes_no_verdict(None),
+            verdict_choice=("Y", "N"),
+        )
+    ]
 
 
 def test_server_errors_are_retried_with_backoff_then_recorded(server, monkeypatch):

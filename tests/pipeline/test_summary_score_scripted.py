@@ -1,4 +1,5 @@
 """SummaryScore (Ragas-style) end to end on a scripted judge."""
+
 import json
 
 import pytest
@@ -7,7 +8,9 @@ from offline_sumscore import SummaryScore, UsageError, summary_score
 from tests.conftest import SOURCE, SUMMARY
 
 KEYPHRASES = {"keyphrases": ["Lindford", "Mill Street", "4 million pounds", "March"]}
-QUESTIONS = {"questions": ["Is the library on Mill Street?", "Does it cost 4 million pounds?", "Does work start in March?"]}
+QUESTIONS = {
+    "questions": ["Is the library on Mill Street?", "Does it cost 4 million pounds?", "Does work start in March?"]
+}
 ANSWERS = [{"answer": "1"}, {"answer": "1"}, {"answer": "0"}]  # one reply per question
 
 
@@ -53,10 +56,13 @@ def test_rescoring_saved_answers_with_another_coeff(scripted):
     assert summary_score(row["answers"], SOURCE, SUMMARY, coeff=0.0).score == pytest.approx(2 / 3)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"reference_contexts": ["  ", ""], "response": "x"}, 'field "reference_contexts" is empty'),
-    ({"reference_contexts": ["text"], "response": "\n"}, 'field "response" is empty'),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"reference_contexts": ["  ", ""], "response": "x"}, 'field "reference_contexts" is empty'),
+        ({"reference_contexts": ["text"], "response": "\n"}, 'field "response" is empty'),
+    ],
+)
 def test_empty_contexts_or_response_raise_value_error(scripted, kwargs, message):
     with pytest.raises(ValueError, match=message):
         SummaryScore(engine=scripted).score(**kwargs)

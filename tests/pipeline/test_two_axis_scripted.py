@@ -3,6 +3,7 @@
 The scripted judge is a "brought" judge, so "auto" gives atomic claims, questions and yes-no verdicts; tests of the
 embedded judge's design (sentences, key sentences, likelihood verdicts) set it explicitly.
 """
+
 import asyncio
 import json
 import math
@@ -29,8 +30,7 @@ def test_score_arithmetic_reason_and_every_verdict_kept(scripted):
     assert r.claims[2]["reason"] == "the source says 4 million"
     assert r.questions == QUESTIONS["questions"] and r.coverage_from == "questions"
     assert r.coverage_verdicts[1] == {"answered": False, "reason": "no date given", "p_answered": None}
-    assert set(r.stages) == {"claims", "questions", "support.0", "support.1", "support.2", "coverage.0",
-                             "coverage.1"}
+    assert set(r.stages) == {"claims", "questions", "support.0", "support.1", "support.2", "coverage.0", "coverage.1"}
     assert all({"prompt", "raw_output", "tokens_in", "tokens_out", "seconds"} <= set(s) for s in r.stages.values())
     assert r.stages["coverage.1"]["raw_output"] == COVERAGE[1]
     assert r.soft_alignment is None and r.soft_coverage is None  # a scripted judge has no distribution
@@ -80,15 +80,21 @@ def test_zero_claims_score_zero_with_a_reason_that_says_so(scripted):
 def test_a_claims_list_that_reaches_the_bound_is_asked_again_in_halves_never_cut(scripted):
     summary = "Lindford will build a library. It is on Mill Street. It will cost 4 million pounds."
     scripted.enqueue("claims", {"claims": ["a", "b", "c"]})  # the bound: the judge may have had more to say
-    scripted.enqueue("claims", {"claims": ["Lindford will build a library.", "The library is on Mill Street."]},
-                     {"claims": ["It will cost 4 million pounds."]})
+    scripted.enqueue(
+        "claims",
+        {"claims": ["Lindford will build a library.", "The library is on Mill Street."]},
+        {"claims": ["It will cost 4 million pounds."]},
+    )
     scripted.enqueue("support", "Yes", "Yes", "Yes").enqueue("coverage", "Yes")
     r = scorer_with(scripted, max_claims=3).score(SOURCE, summary, questions=["Q?"])
     halves = [q.messages[-1]["content"] for q in scripted.requests if q.stage == "claims"][1:]
     assert "It is on Mill Street." in halves[0] and "4 million" not in halves[0]  # whole sentences, in two halves
     assert "It will cost 4 million pounds." in halves[1] and "Mill Street" not in halves[1]
-    assert [c["claim"] for c in r.claims] == ["Lindford will build a library.", "The library is on Mill Street.",
-                                              "It will cost 4 million pounds."]
+    assert [c["claim"] for c in r.claims] == [
+        "Lindford will build a library.",
+        "The library is on Mill Street.",
+        "It will cost 4 million pounds.",
+    ]
 
 
 def test_one_sentence_whose_claims_reach_the_bound_fails_loudly(scripted):
@@ -99,8 +105,12 @@ def test_one_sentence_whose_claims_reach_the_bound_fails_loudly(scripted):
 
 
 def test_duplicate_and_generic_questions_do_not_count_and_are_kept_in_the_row(scripted):
-    drawn = ["Did the council vote to build a library?", "What is the most important fact?",
-             "Did the council vote to build a library?", "Will construction begin in March?"]
+    drawn = [
+        "Did the council vote to build a library?",
+        "What is the most important fact?",
+        "Did the council vote to build a library?",
+        "Will construction begin in March?",
+    ]
     scripted.enqueue("claims", CLAIMS).enqueue("questions", {"questions": drawn}).enqueue("support", *SUPPORT)
     scripted.enqueue("coverage", *COVERAGE)
     r = scorer_with(scripted).score(SOURCE, SUMMARY)
@@ -138,8 +148,10 @@ def test_sentences_mode_judges_each_summary_sentence_and_asks_for_no_claims(scri
     scripted.enqueue("support", "Yes", "No").enqueue("coverage", "Yes")
     r = scorer_with(scripted, claims="sentences").score(SOURCE, summary, questions=["Q?"])
     assert [q.stage for q in scripted.requests] == ["support", "support", "coverage"]
-    assert [(c["claim"], c["supported"]) for c in r.claims] == [("Lindford will build a library.", True),
-                                                                ("It will cost 5 million pounds.", False)]
+    assert [(c["claim"], c["supported"]) for c in r.claims] == [
+        ("Lindford will build a library.", True),
+        ("It will cost 5 million pounds.", False),
+    ]
     assert r.settings["design.claims"] == "sentences"
 
 
@@ -147,8 +159,10 @@ def test_key_sentences_mode_checks_the_sources_lead_sentences_against_the_summar
     scripted.enqueue("claims", CLAIMS).enqueue("support", *SUPPORT).enqueue("coverage", "Yes", "No")
     r = scorer_with(scripted, coverage="key_sentences").score(SOURCE, SUMMARY)
     assert r.coverage_from == "key_sentences"
-    assert r.questions == ["The city council of Lindford voted on Tuesday to build a new public library on Mill "
-                           "Street.", "Construction will begin in March and cost 4 million pounds."]
+    assert r.questions == [
+        "The city council of Lindford voted on Tuesday to build a new public library on Mill Street.",
+        "Construction will begin in March and cost 4 million pounds.",
+    ]
     assert not [q for q in scripted.requests if q.stage == "questions"]
 
 
@@ -163,14 +177,20 @@ def test_likelihood_verdicts_are_the_gain_over_the_baseline_against_the_threshol
     scripted.enqueue("coverage", lik(-2.0))
     r = scorer_with(scripted, claims="sentences", verdicts="likelihood").score(SOURCE, summary, key_facts=["F."])
     pairs = [(q.stage, q.continuation) for q in scripted.requests]
-    assert pairs == [("support", "Lindford will build a library."), ("baseline", "Lindford will build a library."),
-                     ("support", "It will cost 5 million pounds."), ("baseline", "It will cost 5 million pounds."),
-                     ("coverage", "F."), ("baseline", "F.")]
+    assert pairs == [
+        ("support", "Lindford will build a library."),
+        ("baseline", "Lindford will build a library."),
+        ("support", "It will cost 5 million pounds."),
+        ("baseline", "It will cost 5 million pounds."),
+        ("coverage", "F."),
+        ("baseline", "F."),
+    ]
     base = [q for q in scripted.requests if q.stage == "baseline"][0]
     assert "<article>\n\n</article>" in base.messages[-1]["content"]  # the statement without any text
     first, second = r.claims
     assert (first["pmi"], first["supported"]) == (3.0, True) and first["p_supported"] == pytest.approx(
-        1 / (1 + math.exp(-1.0)))
+        1 / (1 + math.exp(-1.0))
+    )
     assert (second["pmi"], second["supported"]) == (1.0, False)  # below the 2.0 nats threshold
     assert r.coverage_verdicts[0]["pmi"] == 3.0 and r.coverage_verdicts[0]["answered"]
     assert r.settings["design.likelihood_threshold"] == 2.0 and r.score == 0.5
@@ -189,7 +209,8 @@ def test_long_source_claim_supported_only_by_its_second_piece(scripted):
     engine.enqueue("support", lik(-4.0), lik(-1.0)).enqueue("baseline", lik(-4.2), lik(-4.2))
     engine.enqueue("coverage", lik(-1.0)).enqueue("baseline", lik(-4.0))
     r = scorer_with(engine, claims="sentences", verdicts="likelihood", prompt_style="bare").score(
-        source, "The library opens in 2027.", key_facts=["It opens in 2027."])
+        source, "The library opens in 2027.", key_facts=["It opens in 2027."]
+    )
     assert r.source_pieces == 2
     pieces = [q.messages[-1]["content"] for q in engine.requests if q.stage == "support"]
     assert "opens in 2027" not in pieces[0] and "opens in 2027" in pieces[1]
@@ -260,8 +281,10 @@ def test_failed_stage_raises_with_raw_output_or_is_recorded_as_failed_row(script
 
     scripted.enqueue("claims", "not json", CLAIMS).enqueue("questions", QUESTIONS, QUESTIONS)
     scripted.enqueue("support", *SUPPORT).enqueue("coverage", *COVERAGE)
-    rows = scorer_with(scripted).score_many([{"id": "bad", "source": SOURCE, "summary": SUMMARY},
-                                             {"id": "good", "source": SOURCE, "summary": SUMMARY}], on_error="return")
+    rows = scorer_with(scripted).score_many(
+        [{"id": "bad", "source": SOURCE, "summary": SUMMARY}, {"id": "good", "source": SOURCE, "summary": SUMMARY}],
+        on_error="return",
+    )
     assert isinstance(rows[0], FailedRow) and rows[0].error["stage"] == "claims"
     assert rows[0].error["raw_output"] == "not json" and rows[0].to_dict()["score"] is None
     assert rows[1].score == 0.5  # the other row goes on
@@ -272,14 +295,19 @@ def test_ascore_gives_the_same_result(scripted):
     assert r.score == 0.5
 
 
-@pytest.mark.parametrize("kw, message", [({"max_questions": 0}, "max_questions must be an integer from 1 to 200. Given: 0"),
-                                         ({"max_questions": 100_000}, "from 1 to 200. Given: 100000"),
-                                         ({"scale": -1}, "scale must be > 0. Given: -1"),
-                                         ({"threshold": 2}, "threshold must be between 0 and 1. Given: 2"),
-                                         ({"flavor": "ragas"}, "flavor must be one of mastra, deepeval"),
-                                         ({"claims": "words"}, "claims must be auto or one of atomic, sentences"),
-                                         ({"verdicts": "vibes"}, "verdicts must be auto or one of yes-no, likelihood"),
-                                         ({"questions": ["q"], "key_facts": ["f"]}, "questions or key_facts")])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"max_questions": 0}, "max_questions must be an integer from 1 to 200. Given: 0"),
+        ({"max_questions": 100_000}, "from 1 to 200. Given: 100000"),
+        ({"scale": -1}, "scale must be > 0. Given: -1"),
+        ({"threshold": 2}, "threshold must be between 0 and 1. Given: 2"),
+        ({"flavor": "ragas"}, "flavor must be one of mastra, deepeval"),
+        ({"claims": "words"}, "claims must be auto or one of atomic, sentences"),
+        ({"verdicts": "vibes"}, "verdicts must be auto or one of yes-no, likelihood"),
+        ({"questions": ["q"], "key_facts": ["f"]}, "questions or key_facts"),
+    ],
+)
 def test_bad_settings_are_usage_errors(kw, message):
     with pytest.raises(UsageError, match=message):
         SummarizationScorer(**kw)

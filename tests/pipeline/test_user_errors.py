@@ -1,6 +1,7 @@
 """What a hostile but realistic user types (issue 12's table): each case loses no data, prints no traceback and
 names what is wrong. Cases that end before a model loads run the real command in a subprocess; cases that score
 use the scripted judge in this process."""
+
 import gzip
 import json
 import os
@@ -12,7 +13,8 @@ from click.testing import CliRunner
 
 from offline_sumscore import SummarizationScorer
 from offline_sumscore.cli import main
-from offline_sumscore.samples import BadRow, read_rows
+from offline_sumscore.core.samples import BadRow
+from offline_sumscore.io.inputs import read_rows
 from tests.conftest import enqueue_two_axis, write_jsonl
 
 ROW = {"id": "a", "source": "The council voted to build a library on Mill Street.", "summary": "A library."}
@@ -20,8 +22,14 @@ ROW = {"id": "a", "source": "The council voted to build a library on Mill Street
 
 def sumscore(*args, cwd=None):
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    return subprocess.run([sys.executable, "-m", "offline_sumscore", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "offline_sumscore", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=cwd,
+    )
 
 
 def one_line_error(proc, code=2):
@@ -70,7 +78,7 @@ def test_missing_output_folders_are_created(tmp_path, use_scripted):
 
 # -- 3: a cut-off .gguf -----------------------------------------------------------------------------------------------
 def test_a_truncated_gguf_is_named_truncated_or_corrupt(tmp_path):
-    from offline_sumscore.judge import embedded_gguf_path
+    from offline_sumscore.engine.judge import embedded_gguf_path
 
     cut = tmp_path / "cut.gguf"
     with open(embedded_gguf_path(), "rb") as fh:
@@ -127,8 +135,15 @@ def test_an_unknown_format_and_a_header_without_the_columns_are_named(tmp_path):
 # -- 7: ids keep their JSON type --------------------------------------------------------------------------------------
 def test_ids_keep_their_json_type_and_made_up_ids_cannot_clash(tmp_path, use_scripted):
     enqueue_two_axis(use_scripted, 5)
-    rows = [dict(ROW, id=1), dict(ROW, id="1"), dict(ROW, id=8.5), dict(ROW, id=True), dict(ROW, id={"a": 1}),
-            {k: v for k, v in ROW.items() if k != "id"}, dict(ROW, id="6")]
+    rows = [
+        dict(ROW, id=1),
+        dict(ROW, id="1"),
+        dict(ROW, id=8.5),
+        dict(ROW, id=True),
+        dict(ROW, id={"a": 1}),
+        {k: v for k, v in ROW.items() if k != "id"},
+        dict(ROW, id="6"),
+    ]
     src = write_jsonl(tmp_path / "in.jsonl", rows)
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet"])
@@ -161,9 +176,13 @@ def test_report_on_an_input_file_or_an_empty_file_is_refused(tmp_path):
 
 
 # -- 10: options are named as the user typed them, with sane bounds -------------------------------------------------
-@pytest.mark.parametrize("flag, value, words", [("--max-questions", "100000", "--max-questions must be an integer "
-                                                 "from 1 to 200. Given: 100000"),
-                                                ("--scale", "-1", "--scale must be > 0. Given: -1.0")])
+@pytest.mark.parametrize(
+    "flag, value, words",
+    [
+        ("--max-questions", "100000", "--max-questions must be an integer from 1 to 200. Given: 100000"),
+        ("--scale", "-1", "--scale must be > 0. Given: -1.0"),
+    ],
+)
 def test_an_option_error_names_the_flag(tmp_path, use_scripted, flag, value, words):
     src = write_jsonl(tmp_path / "in.jsonl", [ROW])
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), flag, value])
@@ -188,8 +207,14 @@ def test_python_errors_name_no_made_up_id_and_say_none(scripted):
 def test_a_resume_with_other_options_names_only_the_setting_that_differs(tmp_path, use_scripted):
     enqueue_two_axis(use_scripted)
     src, out = write_jsonl(tmp_path / "in.jsonl", [ROW]), tmp_path / "out.jsonl"
-    assert CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet", "--max-questions", "3"]).exit_code == 0
-    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet", "--max-questions", "4", "--resume"])
+    assert (
+        CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet", "--max-questions", "3"]).exit_code == 0
+    )
+    result = CliRunner().invoke(
+        main, ["score", str(src), "-o", str(out), "--quiet", "--max-questions", "4", "--resume"]
+    )
     assert result.exit_code == 2
-    assert result.output.strip() == (f"Error: {out} was written with other settings (max_questions was 3, now 4); "
-                                     f"resume with the same options, or use a new -o")
+    assert result.output.strip() == (
+        f"Error: {out} was written with other settings (max_questions was 3, now 4); "
+        f"resume with the same options, or use a new -o"
+    )

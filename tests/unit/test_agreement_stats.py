@@ -1,13 +1,24 @@
-"""Agreement statistics on small inputs with answers worked out by hand (ties included), and the benchmark's reader.
-"""
+"""Agreement statistics on small inputs with answers worked out by hand (ties included), and the benchmark's reader."""
+
 import json
 import math
 
 import pytest
 
-from offline_sumscore.agreement import (balanced_accuracy, binary_agreement, bootstrap_interval, cohens_kappa,
-                                        correlate, kendall_tau_b, pearson, rank, roc_auc, spearman, summary_level)
-from offline_sumscore.errors import InputError
+from offline_sumscore.analysis.agreement import (
+    balanced_accuracy,
+    binary_agreement,
+    bootstrap_interval,
+    cohens_kappa,
+    correlate,
+    kendall_tau_b,
+    pearson,
+    rank,
+    roc_auc,
+    spearman,
+    summary_level,
+)
+from offline_sumscore.core.errors import InputError
 
 
 def test_ranks_average_ties():
@@ -52,8 +63,9 @@ def test_bootstrap_resamples_documents_reproducibly_and_brackets_the_value():
     y = [v + (i % 3) * 0.5 for i, v in enumerate(x)]
     docs = [i // 4 for i in range(40)]
     ci = bootstrap_interval(lambda idx: pearson([x[i] for i in idx], [y[i] for i in idx]), docs, resamples=300, seed=1)
-    assert ci == bootstrap_interval(lambda idx: pearson([x[i] for i in idx], [y[i] for i in idx]), docs,
-                                    resamples=300, seed=1)
+    assert ci == bootstrap_interval(
+        lambda idx: pearson([x[i] for i in idx], [y[i] for i in idx]), docs, resamples=300, seed=1
+    )
     assert ci[0] <= pearson(x, y) <= ci[1] and ci[0] < ci[1]
     assert bootstrap_interval(lambda idx: 1.0, ["one"] * 5) is None  # one document: nothing to resample
 
@@ -70,8 +82,7 @@ def test_balanced_accuracy_and_kappa_by_hand():
 def test_agreement_reader_names_the_malformed_line_and_field(tmp_path):
     from benchmarks.agreement import read_items
 
-    good = {"id": "s:d1:M1", "source": "A source.", "summary": "A summary.", "human": {"consistency": 5},
-            "judges": {}}
+    good = {"id": "s:d1:M1", "source": "A source.", "summary": "A summary.", "human": {"consistency": 5}, "judges": {}}
     path = tmp_path / "data.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(dict(good, id="s:d1:M2", human=[5])) + "\n")
     with pytest.raises(InputError, match=r'data.jsonl:2 \(id "s:d1:M2"\): field "human" must be a JSON object'):
@@ -87,8 +98,11 @@ def test_agreement_reader_names_the_malformed_line_and_field(tmp_path):
 def test_stratified_document_pick_is_whole_documents_and_reproducible(tmp_path):
     from benchmarks.agreement import pick_documents
 
-    items = [{"id": f"s:d{d}:M{m}", "doc_id": f"d{d}", "human": {"consistency": d % 5 + m / 10}}
-             for d in range(20) for m in range(3)]
+    items = [
+        {"id": f"s:d{d}:M{m}", "doc_id": f"d{d}", "human": {"consistency": d % 5 + m / 10}}
+        for d in range(20)
+        for m in range(3)
+    ]
     a = pick_documents(items, "scores", 4, None, seed=3)
     assert a == pick_documents(items, "scores", 4, None, seed=3)
     docs = {i["doc_id"] for i in a}

@@ -1,16 +1,28 @@
 """Metric arithmetic: every edge case of both scorers, on plain values (no model, no engine)."""
+
 import math
 
 import pytest
 
 from offline_sumscore import summary_score, two_axis_score
-from offline_sumscore.arithmetic import alignment, conciseness, coverage, ratio, round_half_up, verdict_is_yes
+from offline_sumscore.core.arithmetic import alignment, conciseness, coverage, ratio, round_half_up, verdict_is_yes
 
 
-@pytest.mark.parametrize("value, expected", [
-    (2 / 3, 0.67), (0.125, 0.13), (0.005, 0.01), (0.994, 0.99), (0.995, 1.0), (1 / 3, 0.33), (0.0, 0.0),
-    (1.0, 1.0), (6.665, 6.67), (0.375, 0.38),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (2 / 3, 0.67),
+        (0.125, 0.13),
+        (0.005, 0.01),
+        (0.994, 0.99),
+        (0.995, 1.0),
+        (1 / 3, 0.33),
+        (0.0, 0.0),
+        (1.0, 1.0),
+        (6.665, 6.67),
+        (0.375, 0.38),
+    ],
+)
 def test_round_half_up_rounds_halves_up_like_math_round(value, expected):
     assert round_half_up(value) == expected
 
@@ -73,7 +85,7 @@ def test_two_axis_threshold_decides_passed_on_the_unscaled_score():
 
 
 def test_two_axis_rejects_bad_settings():
-    with pytest.raises(ValueError, match="max_questions must be >= 1. Given: 0"):
+    with pytest.raises(ValueError, match="max_questions must be an integer >= 1. Given: 0"):
         two_axis_score([True], ["q"], [True], max_questions=0)
     with pytest.raises(ValueError, match="scale must be > 0"):
         two_axis_score([True], ["q"], [True], scale=0)
@@ -82,6 +94,7 @@ def test_two_axis_rejects_bad_settings():
 def test_verdicts_accepted_as_dicts_strings_and_objects_as_in_output_files():
     class V:
         supported = True
+
     claims = [{"claim": "a", "supported": True, "reason": "x"}, {"claim": "b", "supported": False}, "yes", V()]
     verdicts = [{"answered": True}, {"answered": "no"}]
     r = two_axis_score(claims, ["q1", "q2"], verdicts)
@@ -129,8 +142,15 @@ def test_summary_score_rejects_coeff_outside_unit_interval(coeff):
         summary_score(["1"], "text", "sum", coeff=coeff)
 
 
-@pytest.mark.parametrize("text, summary, what", [("", "s", "reference contexts"), ("  \n", "s", "reference contexts"),
-                                                 ("text", " ", "response"), ([" ", ""], "s", "reference contexts")])
+@pytest.mark.parametrize(
+    "text, summary, what",
+    [
+        ("", "s", "reference contexts"),
+        ("  \n", "s", "reference contexts"),
+        ("text", " ", "response"),
+        ([" ", ""], "s", "reference contexts"),
+    ],
+)
 def test_summary_score_empty_or_whitespace_inputs_raise_value_error(text, summary, what):
     with pytest.raises(ValueError, match=what):
         summary_score(["1"], text, summary)
@@ -142,6 +162,7 @@ def test_summary_score_zero_answers_is_an_error_not_nan():
 
 
 def test_two_axis_score_takes_the_documented_keyword_names():
-    r = two_axis_score(alignment=[True, False], questions=["q1", "q2"], coverage=[{"answered": True}],
-                       max_questions=10, scale=1.0)
+    r = two_axis_score(
+        alignment=[True, False], questions=["q1", "q2"], coverage=[{"answered": True}], max_questions=10, scale=1.0
+    )
     assert (r.score, r.alignment, r.coverage) == (0.5, 0.5, 0.5)

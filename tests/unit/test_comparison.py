@@ -1,20 +1,41 @@
 """sumscore compare's statistics on cases worked out by hand (no model)."""
+
 import math
 
 import pytest
 
-from offline_sumscore.comparison import (bootstrap_interval, compare_systems, compare_values, holm, permutation_p,
-                                         system_from_rows)
-from offline_sumscore.errors import InputError
+from offline_sumscore.analysis.comparison import (
+    bootstrap_interval,
+    compare_systems,
+    compare_values,
+    holm,
+    permutation_p,
+    system_from_rows,
+)
+from offline_sumscore.core.errors import InputError
 
 
 def rows(scores: dict, *, settings=None, failed=(), judge="j1"):
-    out = [{"id": f"{doc}-x", "doc_id": doc, "metric": "two-axis", "score": s, "alignment": s, "coverage": 1.0,
+    out = [
+        {
+            "id": f"{doc}-x",
+            "doc_id": doc,
+            "metric": "two-axis",
+            "score": s,
+            "alignment": s,
+            "coverage": 1.0,
             "judge": {"name": judge, "identity": "abc", "dtype": "float32"},
-            "settings": settings or {"prompt_version": "v1"}, "claims": [], "questions": [], "coverage_verdicts": []}
-           for doc, s in scores.items()]
-    out += [{"id": f"{doc}-x", "doc_id": doc, "metric": "two-axis", "score": None, "error": {"stage": "support"}}
-            for doc in failed]
+            "settings": settings or {"prompt_version": "v1"},
+            "claims": [],
+            "questions": [],
+            "coverage_verdicts": [],
+        }
+        for doc, s in scores.items()
+    ]
+    out += [
+        {"id": f"{doc}-x", "doc_id": doc, "metric": "two-axis", "score": None, "error": {"stage": "support"}}
+        for doc in failed
+    ]
     return out
 
 

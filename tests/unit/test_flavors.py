@@ -6,22 +6,26 @@ against node: 0.575 -> 0.58, 0.285 -> 0.29, 1.005 -> 1.01). DeepEval: Summarizat
 "yes" claim verdicts count, "idk" counts against; coverage over the questions the source answers yes; no rounding;
 strict mode zeroes an axis below 1).
 """
+
 import pytest
 
 from offline_sumscore import two_axis_score
-from offline_sumscore.arithmetic import round_half_up, round_mastra
+from offline_sumscore.core.arithmetic import round_half_up, round_mastra
 
 T, F = True, False
 
 
-@pytest.mark.parametrize("claims, answered, scale, expected", [
-    ([T, T], [T, T], 1, 1.0),  # every claim supported, every question answered
-    ([T, F], [T, T], 1, 0.5),  # alignment is the weaker axis
-    ([T], [F, T, F, F], 1, 0.25),  # coverage is the weaker axis
-    ([F], [T], 1, 0.0),  # no claim supported
-    ([T, T, F], [T, T], 1, 0.67),  # rounded to two decimals
-    ([T, F], [T, T], 10, 5.0),  # custom scale
-])
+@pytest.mark.parametrize(
+    "claims, answered, scale, expected",
+    [
+        ([T, T], [T, T], 1, 1.0),  # every claim supported, every question answered
+        ([T, F], [T, T], 1, 0.5),  # alignment is the weaker axis
+        ([T], [F, T, F, F], 1, 0.25),  # coverage is the weaker axis
+        ([F], [T], 1, 0.0),  # no claim supported
+        ([T, T, F], [T, T], 1, 0.67),  # rounded to two decimals
+        ([T, F], [T, T], 10, 5.0),  # custom scale
+    ],
+)
 def test_mastra_worked_vectors(claims, answered, scale, expected):
     assert two_axis_score(claims, [f"q{i}" for i in range(len(answered))], answered, scale=scale).score == expected
 
@@ -41,8 +45,10 @@ def test_mastra_no_claims_scores_zero_even_when_coverage_is_full_and_says_it_can
     assert (r.score, r.alignment, r.coverage, r.scorable) == (0.0, 0.0, 1.0, False)
 
 
-@pytest.mark.parametrize("value, mastra, plain", [(0.575, 0.58, 0.57), (0.285, 0.29, 0.28), (1.005, 1.01, 1.0),
-                                                  (2 / 3, 0.67, 0.67), (0.125, 0.13, 0.13)])
+@pytest.mark.parametrize(
+    "value, mastra, plain",
+    [(0.575, 0.58, 0.57), (0.285, 0.29, 0.28), (1.005, 1.01, 1.0), (2 / 3, 0.67, 0.67), (0.125, 0.13, 0.13)],
+)
 def test_mastra_rounding_includes_number_epsilon(value, mastra, plain):
     assert round_mastra(value) == mastra and round_half_up(value) == plain
 
@@ -58,8 +64,12 @@ def test_deepeval_alignment_counts_only_yes_and_idk_counts_against():
 
 
 def test_deepeval_coverage_counts_only_questions_the_source_answers_yes():
-    verdicts = [{"answered": T, "source_answered": T}, {"answered": F, "source_answered": T},
-                {"answered": T, "source_answered": F}, {"answered": F, "source_answered": F}]
+    verdicts = [
+        {"answered": T, "source_answered": T},
+        {"answered": F, "source_answered": T},
+        {"answered": T, "source_answered": F},
+        {"answered": F, "source_answered": F},
+    ]
     r = two_axis_score([T], ["q1", "q2", "q3", "q4"], verdicts, flavor="deepeval")
     assert r.coverage == 0.5 and r.score == 0.5
     none_yes = [{"answered": T, "source_answered": F}]

@@ -1,8 +1,9 @@
 """A model path that cannot be a judge gets a one-line ModelLoadError that says what to do (no model loaded)."""
+
 import pytest
 
 from offline_sumscore import ModelLoadError
-from offline_sumscore.judge import resolve_model_path
+from offline_sumscore.engine.judge import resolve_model_path
 
 
 def test_missing_path(tmp_path):
@@ -34,8 +35,8 @@ def test_messages_are_one_line(tmp_path):
 
 
 def test_capacity_counts_memory_reserved_but_unused_and_divides_a_shared_device():
-    from offline_sumscore.engine.runner import kv_token_budget, usable_memory
-    from offline_sumscore.ray_runner import _share
+    from offline_sumscore.engine.executor import kv_token_budget, usable_memory
+    from offline_sumscore.runs.ray_pool import _share
 
     gib = 2**30
     assert usable_memory(10 * gib, 6 * gib, 1.0) == 16 * gib  # PyTorch's cached blocks are this process's to use
@@ -51,16 +52,20 @@ def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its
 
     import torch
 
-    from offline_sumscore.engine.runner import TransformersEngine
+    from offline_sumscore.engine.executor import TransformersEngine
 
     gib = 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10 * gib, 141 * gib))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 8 * gib)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 * gib)
-    config = SimpleNamespace(num_key_value_heads=8, num_attention_heads=32, head_dim=128, hidden_size=4096,
-                             num_hidden_layers=32)
-    engine = SimpleNamespace(judge=SimpleNamespace(model=SimpleNamespace(config=config, dtype=torch.bfloat16)),
-                             device=torch.device("cuda"), device_share=1.0)
+    config = SimpleNamespace(
+        num_key_value_heads=8, num_attention_heads=32, head_dim=128, hidden_size=4096, num_hidden_layers=32
+    )
+    engine = SimpleNamespace(
+        judge=SimpleNamespace(model=SimpleNamespace(config=config, dtype=torch.bfloat16)),
+        device=torch.device("cuda"),
+        device_share=1.0,
+    )
     _, whole, _ = TransformersEngine._capacity(engine, None, None)
     engine.device_share = 0.5
     _, half, why = TransformersEngine._capacity(engine, None, None)

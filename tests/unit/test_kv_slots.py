@@ -1,4 +1,5 @@
 """KVSlots on a small made-up geometry, against the plain concatenation it replaces (no model)."""
+
 import types
 
 import numpy as np
@@ -7,8 +8,9 @@ import torch
 
 from offline_sumscore.engine.kv_slots import KVSlots, grouped_query_sdpa
 
-CONFIG = types.SimpleNamespace(num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, head_dim=3,
-                               hidden_size=12)
+CONFIG = types.SimpleNamespace(
+    num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, head_dim=3, hidden_size=12
+)
 
 
 def slots(rows=0):
@@ -82,6 +84,7 @@ def test_grouped_query_attention_equals_attention_over_repeated_keys(queries):
     mask = torch.rand(2, 1, queries, 5) > 0.3
     mask[..., 0] = True
     out, _ = grouped_query_sdpa(None, q, k, v, mask)
-    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
-                                                           attn_mask=mask).transpose(1, 2)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=mask
+    ).transpose(1, 2)
     assert torch.allclose(out, ref, atol=1e-6)

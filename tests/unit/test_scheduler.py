@@ -1,12 +1,13 @@
 """The scheduler's decisions without a model: the prefix store (lookup, extension, LRU eviction) and the plan feed
 (each sample's next wave is ready the moment its own answers are in; new samples join while others run)."""
+
 import torch
 
+from offline_sumscore.core.schemas import YesNoVerdict
+from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import stream_in_waves
 from offline_sumscore.engine.scheduler import STORE_BLOCK, PrefixStore
 from offline_sumscore.scorers.base import PlanFeed
-from offline_sumscore.stages import StageRequest, StageResult
-from offline_sumscore.schemas import YesNoVerdict
 
 
 def kv(tokens, layers=2):
@@ -23,7 +24,7 @@ def test_the_store_serves_the_longest_common_prefix_of_any_stored_prompt():
     assert n == len(source)  # the claim after the source differs: only the source is reused
     assert found[0][0][0, 0, :, 0].tolist() == source and found[1][1][0, 0, :, 0].tolist() == [-t for t in source]
     assert store.lookup(list(range(500, 540))) == (None, 0)
-    assert store.lookup(source[:STORE_BLOCK - 1]) == (None, 0)  # shorter than one block: not worth a lookup
+    assert store.lookup(source[: STORE_BLOCK - 1]) == (None, 0)  # shorter than one block: not worth a lookup
 
 
 def test_an_entry_that_extends_another_replaces_it_and_the_oldest_goes_first_under_the_budget():

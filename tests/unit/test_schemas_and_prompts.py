@@ -1,4 +1,5 @@
 """Stage schemas constrain what is known in advance; prompts fence data and keep the source out of coverage."""
+
 import json
 import subprocess
 import sys
@@ -6,7 +7,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from offline_sumscore import prompts, schemas
+from offline_sumscore.core import prompts, schemas
 
 SECRET_SOURCE = "ZEBRA-SOURCE-7741 The quarry reopened in 1998 after the flood."
 
@@ -15,8 +16,13 @@ def test_claims_schema_bounds_count_and_string_length_and_allows_none():
     model = schemas.claims_list(2, 10)
     assert model.model_validate({"claims": []}).claims == []  # a summary may state nothing checkable
     assert model.model_validate({"claims": ["a", "b"]}).claims == ["a", "b"]
-    for bad in ({"claims": ["a", "b", "c"]}, {"claims": ["x" * 11]}, {"claims": [""]}, {"claims": [{"claim": "a"}]},
-                {"claims": ["a"], "extra": 1}):
+    for bad in (
+        {"claims": ["a", "b", "c"]},
+        {"claims": ["x" * 11]},
+        {"claims": [""]},
+        {"claims": [{"claim": "a"}]},
+        {"claims": ["a"], "extra": 1},
+    ):
         with pytest.raises(ValidationError):
             model.model_validate_json(json.dumps(bad))
 
@@ -28,7 +34,7 @@ def test_yes_no_verdict_grammar_and_parser_put_the_verdict_first():
     assert schemas.parse_output(plain, "Yes").verdict is True
     v = schemas.parse_output(reasoned, "No\nReason: the date is 2028")
     assert (v.verdict, v.reason) == (False, "the date is 2028")
-    for bad in ("yes", "Maybe", "", "{\"supported\": true}"):
+    for bad in ("yes", "Maybe", "", '{"supported": true}'):
         with pytest.raises(ValueError):
             schemas.parse_output(plain, bad)
     assert schemas.grammar_of(plain) == ("lark", plain.lark())
@@ -98,8 +104,10 @@ def test_fence_defuses_a_closing_tag_inside_the_data():
 
 
 def test_importing_the_package_and_arithmetic_loads_no_torch():
-    code = ("import sys, offline_sumscore, offline_sumscore.arithmetic, offline_sumscore.cli; "
-            "print('torch' in sys.modules, 'transformers' in sys.modules)")
+    code = (
+        "import sys, offline_sumscore, offline_sumscore.core.arithmetic, offline_sumscore.cli; "
+        "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
@@ -109,7 +117,7 @@ def test_prompts_that_run_together_share_their_opening():
     for style in prompts.STYLES:
         s1 = json.dumps(prompts.statement_prompt(SECRET_SOURCE, "Claim one.", style=style))
         s2 = json.dumps(prompts.statement_prompt(SECRET_SOURCE, "Claim two.", style=style))
-        assert s1[:s1.index("Claim one.")] == s2[:s2.index("Claim two.")] and SECRET_SOURCE in s1[:s1.index("Claim")]
+        assert s1[: s1.index("Claim one.")] == s2[: s2.index("Claim two.")] and SECRET_SOURCE in s1[: s1.index("Claim")]
         c1 = json.dumps(prompts.question_prompt("The summary.", "Q one?", style=style))
         c2 = json.dumps(prompts.question_prompt("The summary.", "Q two?", style=style))
-        assert c1[:c1.index("Q one?")] == c2[:c2.index("Q two?")]
+        assert c1[: c1.index("Q one?")] == c2[: c2.index("Q two?")]

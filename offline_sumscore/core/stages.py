@@ -3,16 +3,17 @@
 A scorer turns samples into StageRequests; an engine answers each with a StageResult, in the same order.
 The engine never knows which metric asked; the scorer never sees a tensor.
 """
+
 from __future__ import annotations
 
 import json
-from functools import cached_property
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel
 
-from .schemas import grammar_of
+from offline_sumscore.core.schemas import grammar_of
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class StageResult:
     # Why it failed, for retries and counts: "cap" (token cap hit before the JSON closed), "schema" (output does
     # not validate), "context" (the prompt leaves no room), "memory" (out of memory even alone), "model" (the
     # engine raised).
-    error_kind: str | None = None
+    error_kind: str | None = None  # an errors.Failure constant
     cap: int = 0  # the token cap this attempt ran under
     cached: bool = False  # answered from the stage cache (or by an identical request in the same wave)
     first_attempt: dict | None = None  # a retried stage keeps its failed first attempt's audit here
@@ -67,10 +68,19 @@ class StageResult:
 
     def audit(self) -> dict[str, Any]:
         """What a user needs to audit this stage: prompt, raw output, tokens, time, error."""
-        return {"prompt": self.prompt, "raw_output": self.raw_output, "tokens_in": self.tokens_in,
-                "tokens_out": self.tokens_out, "forced_tokens": self.forced_tokens,
-                "decoded_tokens": self.decoded_tokens, "p_yes": [round(p, 6) for p in self.choice_probs],
-                "seconds": round(self.seconds, 4), "batch_size": self.batch_size, "cap": self.cap,
-                "cached": self.cached, "error": self.error, "error_kind": self.error_kind,
-                "first_attempt": self.first_attempt}
-
+        return {
+            "prompt": self.prompt,
+            "raw_output": self.raw_output,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "forced_tokens": self.forced_tokens,
+            "decoded_tokens": self.decoded_tokens,
+            "p_yes": [round(p, 6) for p in self.choice_probs],
+            "seconds": round(self.seconds, 4),
+            "batch_size": self.batch_size,
+            "cap": self.cap,
+            "cached": self.cached,
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "first_attempt": self.first_attempt,
+        }

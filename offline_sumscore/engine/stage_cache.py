@@ -8,6 +8,7 @@ and free). A re-run with the same judge recomputes nothing.
 Failed stages are never stored, so a re-run tries them again. Several processes may share one file: SQLite in WAL
 mode, a long busy timeout, and INSERT OR IGNORE (greedy decoding makes any two writers' values the same).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,13 +16,13 @@ import json
 import os
 import sqlite3
 import threading
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
 
-from .engine import EngineLayer, stream_in_waves
-from .prompts import PROMPT_VERSION
-from .stages import StageRequest, StageResult
+from offline_sumscore.core.prompts import PROMPT_VERSION
+from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.engine import EngineLayer, stream_in_waves
 
 CACHE_FORMAT = 1  # bump when the stored payload changes shape
 
@@ -42,33 +43,48 @@ class StageCache:
         self._db = sqlite3.connect(str(self.path), timeout=120, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS stages (key TEXT PRIMARY KEY, stage TEXT NOT NULL, "
-                         "judge TEXT NOT NULL, payload TEXT NOT NULL)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS stages (key TEXT PRIMARY KEY, stage TEXT NOT NULL, "
+            "judge TEXT NOT NULL, payload TEXT NOT NULL)"
+        )
 
     @staticmethod
     def key(judge: dict, request: StageRequest) -> str:
-        material = [CACHE_FORMAT, judge.get("identity"), judge.get("dtype"), PROMPT_VERSION, request.stage,
-                    request.schema_json, list(request.messages), request.max_new_tokens, request.verdict_choice,
-                    request.continuation]  # a likelihood request is its prompt and the statement scored after it
-        return hashlib.sha256(json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
-                              ).hexdigest()
+        material = [
+            CACHE_FORMAT,
+            judge.get("identity"),
+            judge.get("dtype"),
+            PROMPT_VERSION,
+            request.stage,
+            request.schema_json,
+            list(request.messages),
+            request.max_new_tokens,
+            request.verdict_choice,
+            request.continuation,
+        ]  # a likelihood request is its prompt and the statement scored after it
+        return hashlib.sha256(
+            json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        ).hexdigest()
 
     def get(self, keys: Sequence[str]) -> dict[str, dict]:
         found: dict[str, dict] = {}
         keys = list(dict.fromkeys(keys))
         with self._lock:
             for at in range(0, len(keys), 500):  # SQLite caps the parameters of one statement
-                part = keys[at:at + 500]
-                rows = self._db.execute(f"SELECT key, payload FROM stages WHERE key IN ({','.join('?' * len(part))})",
-                                        part).fetchall()
+                part = keys[at : at + 500]
+                rows = self._db.execute(
+                    f"SELECT key, payload FROM stages WHERE key IN ({','.join('?' * len(part))})", part
+                ).fetchall()
                 found.update((k, json.loads(p)) for k, p in rows)
         return found
 
     def put(self, items: list[tuple[str, StageResult]], judge: dict) -> None:
         if not items:
             return
-        rows = [(key, r.request.stage, str(judge.get("identity")), json.dumps(_payload(r), ensure_ascii=False))
-                for key, r in items]
+        rows = [
+            (key, r.request.stage, str(judge.get("identity")), json.dumps(_payload(r), ensure_ascii=False))
+            for key, r in items
+        ]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -87,18 +103,39 @@ class StageCache:
 
 
 def _payload(r: StageResult) -> dict:
-    return {"value": r.value.model_dump(mode="json"), "raw_output": r.raw_output, "prompt": r.prompt,
-            "tokens_in": r.tokens_in, "tokens_out": r.tokens_out, "seconds": r.seconds, "batch_size": r.batch_size,
-            "cap": r.cap, "forced_tokens": r.forced_tokens, "decoded_tokens": r.decoded_tokens,
-            "choice_probs": r.choice_probs, "first_attempt": r.first_attempt}
+    return {
+        "value": r.value.model_dump(mode="json"),
+        "raw_output": r.raw_output,
+        "prompt": r.prompt,
+        "tokens_in": r.tokens_in,
+        "tokens_out": r.tokens_out,
+        "seconds": r.seconds,
+        "batch_size": r.batch_size,
+        "cap": r.cap,
+        "forced_tokens": r.forced_tokens,
+        "decoded_tokens": r.decoded_tokens,
+        "choice_probs": r.choice_probs,
+        "first_attempt": r.first_attempt,
+    }
 
 
 def _from_payload(request: StageRequest, p: dict) -> StageResult:
-    return StageResult(request=request, value=request.schema.model_validate(p["value"]), raw_output=p["raw_output"],
-                       prompt=p["prompt"], tokens_in=p["tokens_in"], tokens_out=p["tokens_out"],
-                       seconds=p["seconds"], batch_size=p["batch_size"], cap=p["cap"],
-                       forced_tokens=p["forced_tokens"], decoded_tokens=p["decoded_tokens"],
-                       choice_probs=p["choice_probs"], first_attempt=p["first_attempt"], cached=True)
+    return StageResult(
+        request=request,
+        value=request.schema.model_validate(p["value"]),
+        raw_output=p["raw_output"],
+        prompt=p["prompt"],
+        tokens_in=p["tokens_in"],
+        tokens_out=p["tokens_out"],
+        seconds=p["seconds"],
+        batch_size=p["batch_size"],
+        cap=p["cap"],
+        forced_tokens=p["forced_tokens"],
+        decoded_tokens=p["decoded_tokens"],
+        choice_probs=p["choice_probs"],
+        first_attempt=p["first_attempt"],
+        cached=True,
+    )
 
 
 class CachedEngine(EngineLayer):

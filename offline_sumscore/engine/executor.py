@@ -28,23 +28,34 @@ real token, and attention is causal.
 Features can be turned off one by one (shared_prefix, forced_tokens, logit_verdicts) for the benchmark ladder
 and for tests that check each against the plain path.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
-from ..judge import Judge
-from ..schemas import Likelihood, max_json_chars, parse_output
-from ..stages import StageRequest, StageResult
-from . import Feed, ListFeed
-from .grammar import BACKEND, GrammarCache
-from .kv_slots import KVSlots, register_attention, to_device
-from .retry import engine_raised
-from .scheduler import MIN_SHARED_PREFIX, Batch, PrefixStore, Row, Scheduler, Unit, common_prefix, split_by_prefix
+from offline_sumscore.core.errors import Failure, check_count
+from offline_sumscore.core.schemas import Likelihood, max_json_chars, parse_output
+from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.engine import Feed, ListFeed
+from offline_sumscore.engine.grammar import BACKEND, GrammarCompiler
+from offline_sumscore.engine.judge import Judge
+from offline_sumscore.engine.kv_slots import KVSlots, register_attention, to_device
+from offline_sumscore.engine.retry import engine_raised
+from offline_sumscore.engine.scheduler import (
+    MIN_SHARED_PREFIX,
+    Batch,
+    PrefixStore,
+    Row,
+    Scheduler,
+    Unit,
+    common_prefix,
+    split_by_prefix,
+)
 
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
 OOM_ALONE = "out of memory even alone; use a shorter prompt or a larger device"
@@ -53,6 +64,7 @@ OOM_ALONE = "out of memory even alone; use a shorter prompt or a larger device"
 @dataclass
 class EngineStats:
     """Token and time counters of one engine, for results and the benchmark."""
+
     prefill_tokens: int = 0  # prompt tokens run through the model (a shared prefix counted once)
     forced_tokens: int = 0  # tokens the grammar fixed, inserted without being decoded
     decoded_tokens: int = 0  # tokens picked from the model's distribution
@@ -70,23 +82,35 @@ class EngineStats:
 class TransformersEngine:
     """Answers StageRequests on a loaded Judge. run(requests) -> results in the same order."""
 
-    def __init__(self, judge: Judge, *, batch_size: int | None = None, token_budget: int | None = None,
-                 shared_prefix: bool = True, forced_tokens: bool = True, logit_verdicts: bool = True,
-                 prefix_store: bool = True, continuous: bool = True, store_tokens: int | None = None,
-                 step_tokens: int | None = None, device_share: float = 1.0):
+    def __init__(
+        self,
+        judge: Judge,
+        *,
+        batch_size: int | None = None,
+        token_budget: int | None = None,
+        shared_prefix: bool = True,
+        forced_tokens: bool = True,
+        logit_verdicts: bool = True,
+        prefix_store: bool = True,
+        continuous: bool = True,
+        store_tokens: int | None = None,
+        step_tokens: int | None = None,
+        device_share: float = 1.0,
+    ):
         import torch
 
-        if batch_size is not None and batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1. Given: {batch_size}")
+        if batch_size is not None:
+            check_count("batch_size", batch_size)
         self.judge = judge
-        if judge.grammar_cache is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
-            judge.grammar_cache = GrammarCache(judge.model, judge.tokenizer)
-        self.grammars: GrammarCache = judge.grammar_cache
+        if judge.grammar_compiler is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
+            judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
+        self.grammars: GrammarCompiler = judge.grammar_compiler
         self.shared_prefix, self.forced_tokens, self.logit_verdicts = shared_prefix, forced_tokens, logit_verdicts
         self.continuous = continuous  # a driver's stream goes straight in (else: one run() call per wave)
         if not 0 < device_share <= 1:
-            raise ValueError(f"device_share must be in (0, 1]: the share of the device this engine may fill. "
-                             f"Given: {device_share}")
+            raise ValueError(
+                f"device_share must be in (0, 1]: the share of the device this engine may fill. Given: {device_share}"
+            )
         self.device_share = device_share
         # Padding slots a forward pass may carry: a pass reads every weight once, so up to about this many extra
         # token slots ride along nearly free. Estimated, not measured: on the 2-core CPU with the 135M judge a pass
@@ -157,20 +181,31 @@ class TransformersEngine:
         rows = batch_size or default_rows
         budget = token_budget or auto_budget
         self.free_memory = where  # kept off the rows: it changes from run to run
-        why = (f"up to {rows} rows and {budget} cached tokens per batch "
-               f"({'given' if batch_size else 'default'} rows; budget "
-               f"{'given' if token_budget else 'from half the free memory, rounded down to a power of two'}, "
-               f"{per_token} bytes of KV per token)")
+        why = (
+            f"up to {rows} rows and {budget} cached tokens per batch "
+            f"({'given' if batch_size else 'default'} rows; budget "
+            f"{'given' if token_budget else 'from half the free memory, rounded down to a power of two'}, "
+            f"{per_token} bytes of KV per token)"
+        )
         return rows, budget, why
 
     def describe(self) -> dict:
-        return {"engine": "transformers", "max_rows": self.max_rows, "token_budget": self.token_budget,
-                "capacity": self.capacity_reason, "step_tokens": self.step_tokens, "device_share": self.device_share,
-                "attention": self.attention,
-                "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
-                "shared_prefix": self.shared_prefix, "forced_tokens": self.forced_tokens,
-                "logit_verdicts": self.logit_verdicts, "continuous": self.continuous,
-                "prefix_store": self.store.budget if self.store is not None else None, "judge": self.judge.describe()}
+        return {
+            "engine": "transformers",
+            "max_rows": self.max_rows,
+            "token_budget": self.token_budget,
+            "capacity": self.capacity_reason,
+            "step_tokens": self.step_tokens,
+            "device_share": self.device_share,
+            "attention": self.attention,
+            "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
+            "shared_prefix": self.shared_prefix,
+            "forced_tokens": self.forced_tokens,
+            "logit_verdicts": self.logit_verdicts,
+            "continuous": self.continuous,
+            "prefix_store": self.store.budget if self.store is not None else None,
+            "judge": self.judge.describe(),
+        }
 
     def streams_natively(self) -> bool:
         return self.continuous
@@ -184,14 +219,17 @@ class TransformersEngine:
         if request.continuation is not None:
             allowance = len(tok(request.continuation, add_special_tokens=False)["input_ids"])
         else:
-            allowance = request.max_new_tokens or (max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8)
+            allowance = request.max_new_tokens or (
+                max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8
+            )
         return self.judge.context_length - len(prompt_ids) - allowance
 
     def _decoder(self, ids, mask, positions, cache):
         """The decoder stack without the vocabulary projection (applied later, only where a token is read)."""
         decoder = self.judge.model.get_decoder()
-        return decoder(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                       **{self._cache_kw: cache})
+        return decoder(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_kw: cache}
+        )
 
     # -- planning -------------------------------------------------------------------------------------------
     def _rows(self, ready: list[tuple[int, StageRequest]]) -> list[Row]:
@@ -204,24 +242,38 @@ class TransformersEngine:
             if req.continuation is not None:
                 # The continuation is tokenized on its own, as the reply it stands for would be generated.
                 continuation = tok(req.continuation, add_special_tokens=False)["input_ids"]
-                row = Row(ticket=ticket, request=req, prompt=prompt, prompt_ids=prompt_ids + continuation, cap=0,
-                          calls=len(ready), score_from=len(prompt_ids))
+                row = Row(
+                    ticket=ticket,
+                    request=req,
+                    prompt=prompt,
+                    prompt_ids=prompt_ids + continuation,
+                    cap=0,
+                    calls=len(ready),
+                    score_from=len(prompt_ids),
+                )
                 if not continuation:
-                    row.fail("schema", "a likelihood request needs a non-empty continuation")
+                    row.fail(Failure.SCHEMA, "a likelihood request needs a non-empty continuation")
                 elif len(row.prompt_ids) > self.judge.context_length:
-                    row.fail("context", f"prompt and statement of {len(row.prompt_ids)} tokens exceed the judge's "
-                                        f"{self.judge.context_length}-token context; use a shorter text or a "
-                                        f"longer-context judge")
+                    row.fail(
+                        Failure.CONTEXT,
+                        f"prompt and statement of {len(row.prompt_ids)} tokens exceed the judge's "
+                        f"{self.judge.context_length}-token context; use a shorter text or a "
+                        f"longer-context judge",
+                    )
                 rows.append(row)
                 continue
             bound = req.max_new_tokens or (max_json_chars(json.loads(req.schema_json)) + 8)
             room = self.judge.context_length - len(prompt_ids)
-            row = Row(ticket=ticket, request=req, prompt=prompt, prompt_ids=prompt_ids, cap=min(bound, room),
-                      calls=len(ready))
+            row = Row(
+                ticket=ticket, request=req, prompt=prompt, prompt_ids=prompt_ids, cap=min(bound, room), calls=len(ready)
+            )
             if room < MIN_ROOM:
-                row.fail("context", f"prompt of {len(prompt_ids)} tokens leaves no room in the judge's "
-                                    f"{self.judge.context_length}-token context; use a shorter text or a "
-                                    f"longer-context judge")
+                row.fail(
+                    Failure.CONTEXT,
+                    f"prompt of {len(prompt_ids)} tokens leaves no room in the judge's "
+                    f"{self.judge.context_length}-token context; use a shorter text or a "
+                    f"longer-context judge",
+                )
             rows.append(row)
         return rows
 
@@ -240,8 +292,9 @@ class TransformersEngine:
 
         with self._lock, torch.inference_mode():
             started = time.perf_counter()
-            scheduler = Scheduler(max_rows=self.max_rows, token_budget=self.token_budget,
-                                  shared_prefix=self.shared_prefix)
+            scheduler = Scheduler(
+                max_rows=self.max_rows, token_budget=self.token_budget, shared_prefix=self.shared_prefix
+            )
             batch = Batch()
             open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
             # ticket -> (its request's identity, the identical requests waiting on it); identity -> that ticket
@@ -428,12 +481,12 @@ class TransformersEngine:
         # Each row's own rest of the prompt (all but its last token) in a second pass over the new rows only, so
         # the running batch's steps feed one token (plus forced ones) per row instead of padding every row out to
         # the longest prompt remainder.
-        rests = [row.prompt_ids[start:row.feed_from] if joining else [] for row, start in zip(rows, starts)]
+        rests = [row.prompt_ids[start : row.feed_from] if joining else [] for row, start in zip(rows, starts)]
         if max(len(r) for r in rests):
             self._pass(slots, *_holed(rests, starts, self.pad_id))
         now = time.perf_counter()
         for row, start, rest in zip(rows, starts, rests):
-            row.pending = row.prompt_ids[start + len(rest):]
+            row.pending = row.prompt_ids[start + len(rest) :]
             row.position = start + len(rest)
             self.stats.prefill_tokens += len(row.prompt_ids) - start  # the prompt's own part
             row.started = now
@@ -465,9 +518,9 @@ class TransformersEngine:
         not over the vocabulary)."""
         if self._bitmask is None or self._bitmask.shape[0] < len(rows):
             self._allocate_bitmask(len(rows))
-        bitmask = self._bitmask[:len(rows)]
+        bitmask = self._bitmask[: len(rows)]
         self.grammars.fill_bitmasks(self._executor, [(rows[i].matcher, i) for i in live], bitmask)
-        only_eos = ~(self._bitmask_np[:len(rows)] & self._eos_words).any(axis=1)
+        only_eos = ~(self._bitmask_np[: len(rows)] & self._eos_words).any(axis=1)
         return bitmask, only_eos
 
     def _allocate_bitmask(self, rows: int) -> None:
@@ -475,8 +528,9 @@ class TransformersEngine:
         import torch
 
         words = -(-self.vocab_size // 32)
-        self._bitmask = torch.zeros((max(rows, self.max_rows), words), dtype=torch.int32,
-                                    pin_memory=self.device.type == "cuda")
+        self._bitmask = torch.zeros(
+            (max(rows, self.max_rows), words), dtype=torch.int32, pin_memory=self.device.type == "cuda"
+        )
         self._bitmask_np = self._bitmask.numpy()  # the same memory, for host-side checks
         eos = np.full(words, 0xFFFFFFFF, dtype=np.uint32)
         for t in self.eos_ids:
@@ -504,8 +558,9 @@ class TransformersEngine:
         while width > 1 and sum(width - min(n, width) for n in lengths) > self.step_tokens:
             width -= 1
         fed = [min(n, width) for n in lengths]
-        ids, new_mask, positions = _holed([r.pending[:n] for r, n in zip(active, fed)],
-                                          [r.position for r in active], self.pad_id)
+        ids, new_mask, positions = _holed(
+            [r.pending[:n] for r, n in zip(active, fed)], [r.position for r in active], self.pad_id
+        )
         reading = [i for i in live if fed[i] == len(active[i].pending)]
         slots = batch.cache
         hidden = self._pass(slots, ids, new_mask, positions, commit=False)
@@ -520,7 +575,7 @@ class TransformersEngine:
         slots.commit()
         for i in live:
             active[i].position += fed[i]
-            active[i].pending = active[i].pending[fed[i]:]
+            active[i].pending = active[i].pending[fed[i] :]
         for k, i in enumerate(reading):
             row, token = active[i], picks[k]
             if only_eos[i]:  # complete, though llguidance did not say so when its last token went in: nothing to read
@@ -528,8 +583,10 @@ class TransformersEngine:
                 continue
             if token < 0:
                 self.stats.nan_rows += 1
-                row.fail("model", "the judge's logits were NaN at this step (a poisoned forward pass); nothing "
-                                  "was read from them")
+                row.fail(
+                    Failure.MODEL,
+                    "the judge's logits were NaN at this step (a poisoned forward pass); nothing was read from them",
+                )
                 continue
             if p_yes[k] is not None:
                 row.choice_probs.append(p_yes[k])
@@ -544,7 +601,7 @@ class TransformersEngine:
             if self.forced_tokens:
                 self._take_forced(row)
             if len(row.out) >= row.cap:
-                row.fail("cap", f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
+                row.fail(Failure.CAP, f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
             self._finish_if_complete(row)
         # 5. Compacting the batch copies the whole KV cache, so finished rows keep their slot (fed nothing) until a
         # quarter of the slots are finished, or new rows are admitted.
@@ -563,7 +620,7 @@ class TransformersEngine:
             return [], []
         at = self._to_device(torch.tensor(reading, dtype=torch.long))
         last = self._to_device(torch.tensor([fed[i] - 1 for i in reading], dtype=torch.long))
-        logits = self.judge.model.get_output_embeddings()(hidden[at, last])[:, :self.vocab_size].float()
+        logits = self.judge.model.get_output_embeddings()(hidden[at, last])[:, : self.vocab_size].float()
         poisoned = torch.isnan(logits).any(dim=1)
         allowed = _unpack(self._to_device(bitmask).index_select(0, at), self.vocab_size)
         logits = logits.masked_fill(~allowed, float("-inf"))
@@ -596,7 +653,7 @@ class TransformersEngine:
             prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
             size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
             for at in range(0, len(group), size):
-                self._likelihood_batch(group[at:at + size], prefix)
+                self._likelihood_batch(group[at : at + size], prefix)
 
     def _likelihood_batch(self, batch: list[Row], prefix: list[int]) -> None:
         """One pass; out of memory: two halves, down to a row that cannot run alone, which fails loudly."""
@@ -649,11 +706,11 @@ class TransformersEngine:
                     picks.append((i, j, row.prompt_ids[target]))
         head = self.judge.model.get_output_embeddings()
         for at in range(0, len(picks), 256):
-            part = picks[at:at + 256]
+            part = picks[at : at + 256]
             rows_t = torch.tensor([p[0] for p in part], device=self.device)
             cols_t = torch.tensor([p[1] for p in part], device=self.device)
             targets = torch.tensor([p[2] for p in part], device=self.device)
-            logits = head(hidden[rows_t, cols_t])[:, :self.vocab_size].float()
+            logits = head(hidden[rows_t, cols_t])[:, : self.vocab_size].float()
             logp = (logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)).tolist()
             for (i, _, _), value in zip(part, logp):
                 batch[i].logprob_sum += value
@@ -661,7 +718,7 @@ class TransformersEngine:
         for row in batch:
             if row.logprob_sum != row.logprob_sum and not row.done:
                 self.stats.nan_rows += 1
-                row.fail("model", "the judge's log-probabilities were NaN (a poisoned forward pass)")
+                row.fail(Failure.MODEL, "the judge's log-probabilities were NaN (a poisoned forward pass)")
 
     def _choice_mask(self, choice: tuple[str, str]):
         """Tokens whose text (quotes and spaces stripped) starts with the yes / the no character, and the
@@ -672,8 +729,7 @@ class TransformersEngine:
             stripped = [t.lstrip(' "') for t in self.grammars.token_texts]
             yes = torch.tensor([t.startswith(choice[0]) for t in stripped], device=self.device)
             no = torch.tensor([t.startswith(choice[1]) for t in stripped], device=self.device)
-            neutral = torch.tensor([t.strip() == "" and t != "" for t in self.grammars.token_texts],
-                                   device=self.device)
+            neutral = torch.tensor([t.strip() == "" and t != "" for t in self.grammars.token_texts], device=self.device)
             self._choice_masks[choice] = (yes, no, neutral)
         return self._choice_masks[choice]
 
@@ -684,10 +740,22 @@ class TransformersEngine:
         tok = self.judge.tokenizer
         body = [t for t in row.out if t not in self.eos_ids]
         text = tok.decode(body, skip_special_tokens=True)
-        res = StageResult(request=row.request, value=None, raw_output=text, prompt=row.prompt,
-                          tokens_in=len(row.prompt_ids), tokens_out=len(row.out), seconds=0.0,
-                          batch_size=calls, error=row.error, error_kind=row.error_kind, cap=row.cap,
-                          forced_tokens=row.forced, decoded_tokens=row.decoded, choice_probs=list(row.choice_probs))
+        res = StageResult(
+            request=row.request,
+            value=None,
+            raw_output=text,
+            prompt=row.prompt,
+            tokens_in=len(row.prompt_ids),
+            tokens_out=len(row.out),
+            seconds=0.0,
+            batch_size=calls,
+            error=row.error,
+            error_kind=row.error_kind,
+            cap=row.cap,
+            forced_tokens=row.forced,
+            decoded_tokens=row.decoded,
+            choice_probs=list(row.choice_probs),
+        )
         res.seconds = time.perf_counter() - row.started if row.started else 0.0
         if res.error is None:
             from pydantic import ValidationError
@@ -695,14 +763,23 @@ class TransformersEngine:
             try:
                 res.value = parse_output(row.request.schema, text)
             except (ValidationError, ValueError) as exc:
-                res.error_kind = "schema"
+                res.error_kind = Failure.SCHEMA
                 res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
         return res
 
     def _likelihood_result(self, row: Row, calls: int) -> StageResult:
-        res = StageResult(request=row.request, value=None, raw_output=row.request.continuation or "",
-                          prompt=row.prompt, tokens_in=len(row.prompt_ids), tokens_out=0, batch_size=calls,
-                          error=row.error, error_kind=row.error_kind, cap=0)
+        res = StageResult(
+            request=row.request,
+            value=None,
+            raw_output=row.request.continuation or "",
+            prompt=row.prompt,
+            tokens_in=len(row.prompt_ids),
+            tokens_out=0,
+            batch_size=calls,
+            error=row.error,
+            error_kind=row.error_kind,
+            cap=0,
+        )
         res.seconds = time.perf_counter() - row.started if row.started else 0.0
         if res.error is None:
             n = row.logprob_count
@@ -734,10 +811,12 @@ def _holed(seqs: list[list[int]], starts: list[int], pad_id: int):
     ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(seqs), width), dtype=np.int64)
     for i, seq in enumerate(seqs):
-        ids[i, :len(seq)] = seq
-        mask[i, :len(seq)] = 1
+        ids[i, : len(seq)] = seq
+        mask[i, : len(seq)] = 1
     lasts = np.array([start + max(len(seq), 1) - 1 for seq, start in zip(seqs, starts)], dtype=np.int64)
-    positions = np.minimum(np.asarray(starts, dtype=np.int64)[:, None] + np.arange(width, dtype=np.int64), lasts[:, None])
+    positions = np.minimum(
+        np.asarray(starts, dtype=np.int64)[:, None] + np.arange(width, dtype=np.int64), lasts[:, None]
+    )
     return ids, mask, positions
 
 
@@ -759,8 +838,13 @@ def _attention_mask(mask, new: int):
 
 def _identity(request: StageRequest) -> tuple:
     """What a request's answer depends on (not which sample or stage asked)."""
-    return (json.dumps(request.messages, sort_keys=True), request.schema_json, request.max_new_tokens,
-            request.verdict_choice, request.continuation)
+    return (
+        json.dumps(request.messages, sort_keys=True),
+        request.schema_json,
+        request.max_new_tokens,
+        request.verdict_choice,
+        request.continuation,
+    )
 
 
 def _fail_open(open_rows: dict[int, Row], exc: Exception) -> None:
@@ -769,7 +853,7 @@ def _fail_open(open_rows: dict[int, Row], exc: Exception) -> None:
     message = engine_raised(exc)
     for row in open_rows.values():
         if not row.done:
-            row.fail("model", message)
+            row.fail(Failure.MODEL, message)
 
 
 def _unpack(bitmask, vocab_size: int):

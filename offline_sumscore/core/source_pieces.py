@@ -3,11 +3,12 @@ the scorers ask the engine how many tokens a request leaves spare and split unti
 
 Nothing is ever truncated: every character of the source is in exactly one piece, in order.
 """
+
 from __future__ import annotations
 
 import math
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 # A sentence ends at . ! ? (or their CJK forms, or an ellipsis), after any closing quotes or brackets, before
 # whitespace; a blank line ends a paragraph. CJK full stops need no space after them.
@@ -19,7 +20,7 @@ def sentences(text: str) -> list[str]:
     out, start = [], 0
     for m in _BOUNDARY.finditer(text):
         if m.end() > start:
-            out.append(text[start:m.end()])
+            out.append(text[start : m.end()])
             start = m.end()
     if start < len(text):
         out.append(text[start:])
@@ -81,6 +82,6 @@ def allot(total: int, weights: Sequence[float]) -> list[int]:
     whole = sum(weights)
     exact = [total * w / whole if whole else total / len(weights) for w in weights]
     shares = [math.floor(x) for x in exact]
-    for i in sorted(range(len(exact)), key=lambda i: (-(exact[i] - shares[i]), i))[:total - sum(shares)]:
+    for i in sorted(range(len(exact)), key=lambda i: (-(exact[i] - shares[i]), i))[: total - sum(shares)]:
         shares[i] += 1
     return shares

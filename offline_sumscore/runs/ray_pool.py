@@ -6,7 +6,7 @@ How the single-machine guarantees carry over:
   each chunk whole to one actor, which scores it in one score_many call, so every chunk batches exactly as it
   would on one machine.
 - Never a lost or duplicated row: only the driver writes OUTPUT, appending a chunk's rows when its result arrives
-  (offline_sumscore.bulk.run_bulk), and rewrites OUTPUT in input order at the end; --resume skips finished chunks.
+  (offline_sumscore.runs.bulk.run_bulk), and rewrites OUTPUT in input order at the end; --resume skips finished chunks.
 - A killed actor: Ray restarts it (max_restarts) and retries the chunk it held (max_task_retries); the chunk's rows
   arrive once, from the retry.
 - The stage cache: each actor opens the SQLite file at the configured path. Actors on one machine, or on nodes
@@ -14,16 +14,18 @@ How the single-machine guarantees carry over:
   node keeps its own cache at that path (nothing is shared between nodes; results are the same, only reuse is lost).
   SQLite over NFS without working locks is not safe: give such nodes a local --cache path.
 """
+
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from .bulk import ChunkScorer, chunk_rows, score_samples
-from .errors import InputError, UsageError
-from .samples import Sample, checked_sample, input_error
+from offline_sumscore.core.errors import InputError, UsageError
+from offline_sumscore.core.results import FailedRow
+from offline_sumscore.core.samples import Sample, checked_sample
+from offline_sumscore.runs.bulk import ChunkScorer, chunk_rows, score_samples
 
 
 def require_ray():
@@ -38,12 +40,16 @@ def require_ray():
 
 
 def build_scorer(config: dict):
-    from .scorers import METRICS
+    from offline_sumscore.scorers import METRICS
 
     cls = METRICS[config["metric"]]
     share = config.get("device_share")  # a fraction of a GPU per actor: its engine fills only that much of it
-    return cls(config.get("model"), cache=config.get("cache"), **config.get("options", {}),
-               **({"device_share": share} if share else {}))
+    return cls(
+        config.get("model"),
+        cache=config.get("cache"),
+        **config.get("options", {}),
+        **({"device_share": share} if share else {}),
+    )
 
 
 class ChunkActor:
@@ -55,20 +61,54 @@ class ChunkActor:
         threads = config.get("threads_per_judge")
         if threads:
             torch.set_num_threads(threads)  # an actor on a shared CPU must not take every core
-        marker = config.get("pid_dir")
-        if marker:  # tests: where the actors' processes can be found (and killed)
-            open(os.path.join(marker, f"{os.getpid()}.pid"), "w").close()
         self.scorer = build_scorer(config)
-        self.scorer.engine  # load the judge now, not on the first chunk
+        self.scorer.load()  # now, not on the first chunk
 
     def __call__(self, batch: dict) -> dict:
         chunks, results = [], []
         for k, payload in zip(batch["chunk"], batch["samples"]):
-            samples = [Sample(**dict(d, **{f: tuple(d[f]) for f in ("questions", "key_facts") if d.get(f) is not None}))
-                       for d in json.loads(payload)]
+            samples = [
+                Sample(**dict(d, **{f: tuple(d[f]) for f in ("questions", "key_facts") if d.get(f) is not None}))
+                for d in json.loads(payload)
+            ]
             chunks.append(int(k))
             results.append(json.dumps(score_samples(self.scorer, samples), ensure_ascii=False))
         return {"chunk": chunks, "results": results}
+
+
+@dataclass(frozen=True)
+class RayPool:
+    """How `sumscore score --engine ray` scores: num_judges actors, each with its own loaded judge."""
+
+    num_judges: int = 1
+    address: str | None = None  # auto, ray://HOST:PORT, ...; None starts a local Ray with this machine's GPUs or CPUs
+    gpus_per_judge: float | None = None  # None: 1 where this machine has a CUDA device, else 0
+    cpus_per_judge: float = 1
+    max_retries: int = 3  # restarts of a killed actor, and retries of the chunk it held
+
+    def chunk_scorer(self, metric: str, model: Any, options: dict, cache: Any) -> ChunkScorer:
+        """A bulk.run_bulk chunk scorer whose actors build the scorer that metric, model, options and cache name."""
+        from offline_sumscore.engine.judge import resolve_model_path
+
+        config = {
+            "metric": metric,
+            "model": str(resolve_model_path(model)) if model else None,
+            "options": options,
+            "cache": str(getattr(cache, "path", cache)) if cache else None,
+        }
+        gpus = self.gpus_per_judge
+        if gpus is None:
+            import torch
+
+            gpus = 1.0 if torch.cuda.is_available() else 0.0
+        return score_chunks_on_ray(
+            config,
+            num_judges=self.num_judges,
+            address=self.address,
+            gpus_per_judge=gpus,
+            cpus_per_judge=self.cpus_per_judge,
+            max_retries=self.max_retries,
+        )
 
 
 def _share(gpus_per_judge: float) -> float | None:
@@ -76,16 +116,27 @@ def _share(gpus_per_judge: float) -> float | None:
     return gpus_per_judge if 0 < gpus_per_judge < 1 else None
 
 
-def score_chunks_on_ray(config: dict, *, num_judges: int = 1, gpus_per_judge: float = 0, cpus_per_judge: float = 1,
-                        address: str | None = None, max_retries: int = 3) -> ChunkScorer:
+def score_chunks_on_ray(
+    config: dict,
+    *,
+    num_judges: int = 1,
+    gpus_per_judge: float = 0,
+    cpus_per_judge: float = 1,
+    address: str | None = None,
+    max_retries: int = 3,
+) -> ChunkScorer:
     """A bulk.run_bulk chunk scorer that sends every chunk to a pool of num_judges ChunkActors."""
     ray = require_ray()
 
     def run(todo: list[tuple[int, list]]):
         if not ray.is_initialized():
             # Without an address: a local Ray with this machine's GPUs (or CPUs).
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     **({} if address else {"num_cpus": max(os.cpu_count() or 1, int(num_judges * cpus_per_judge))}))
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                **({} if address else {"num_cpus": max(os.cpu_count() or 1, int(num_judges * cpus_per_judge))}),
+            )
         by_k = dict(todo)
         payloads = []
         for k, chunk in todo:
@@ -98,11 +149,21 @@ def score_chunks_on_ray(config: dict, *, num_judges: int = 1, gpus_per_judge: fl
             return
         ds = ray.data.from_items(payloads, override_num_blocks=len(payloads))
         scored = ds.map_batches(
-            ChunkActor, fn_constructor_kwargs={"config": dict(config, threads_per_judge=max(1, int(cpus_per_judge)),
-                                                              device_share=_share(gpus_per_judge))},
-            batch_size=1, compute=ray.data.ActorPoolStrategy(size=num_judges), num_gpus=gpus_per_judge or None,
+            ChunkActor,
+            fn_constructor_kwargs={
+                "config": dict(
+                    config, threads_per_judge=max(1, int(cpus_per_judge)), device_share=_share(gpus_per_judge)
+                )
+            },
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=num_judges),
+            num_gpus=gpus_per_judge or None,
             num_cpus=cpus_per_judge,
-            ray_remote_args_fn=lambda: {"max_restarts": max_retries, "max_task_retries": max_retries})
+            # Deprecated in Ray 2.60 with no named replacement yet (pyproject bounds Ray below 2.64, where it goes);
+            # Ray Data's own default would restart a killed actor and retry its chunk without end.
+            max_restarts=max_retries,
+            max_task_retries=max_retries,
+        )
         for row in scored.iter_rows():
             k = int(row["chunk"])
             yield k, chunk_rows(by_k[k], json.loads(row["results"]), config["metric"])
@@ -110,9 +171,18 @@ def score_chunks_on_ray(config: dict, *, num_judges: int = 1, gpus_per_judge: fl
     return run
 
 
-def score_dataset(dataset: Any, scorer_config: dict, *, num_judges: int = 1, gpus_per_judge: float = 0,
-                  cpus_per_judge: float = 1, batch_size: int = 32, source: str = "source", summary: str = "summary",
-                  id: str = "id"):
+def score_dataset(
+    dataset: Any,
+    scorer_config: dict,
+    *,
+    num_judges: int = 1,
+    gpus_per_judge: float = 0,
+    cpus_per_judge: float = 1,
+    batch_size: int = 32,
+    source: str = "source",
+    summary: str = "summary",
+    id: str = "id",
+):
     """A Ray dataset of result rows (as `sumscore score` writes them, with `stages` etc. as JSON strings) from a Ray
     dataset of rows with source, summary (and id) columns. Each actor scores `batch_size` rows per score_many call.
 
@@ -127,18 +197,30 @@ def score_dataset(dataset: Any, scorer_config: dict, *, num_judges: int = 1, gpu
             samples, failed = [], {}
             for i in range(n):  # checked as a local run checks them: a bad row fails alone, never reaches the judge
                 try:
-                    samples.append(checked_sample(ids[i], batch[source][i], batch[summary][i], source_field=source,
-                                                  summary_field=summary))
+                    samples.append(
+                        checked_sample(
+                            ids[i], batch[source][i], batch[summary][i], source_field=source, summary_field=summary
+                        )
+                    )
                 except InputError as exc:
-                    failed[i] = {"id": ids[i], "metric": self.scorer.metric, "score": None, "stages": {},
-                                 "error": input_error(exc)}
+                    failed[i] = FailedRow.bad_input(exc, id=ids[i], metric=self.scorer.metric).to_dict()
             scored = iter(score_samples(self.scorer, samples))
             rows = [failed[i] if i in failed else next(scored) for i in range(n)]
             columns = sorted({key for r in rows for key in r})
-            return {c: [json.dumps(r.get(c), ensure_ascii=False) if isinstance(r.get(c), (dict, list))
-                        else r.get(c) for r in rows] for c in columns}
+            return {
+                c: [
+                    json.dumps(r.get(c), ensure_ascii=False) if isinstance(r.get(c), (dict, list)) else r.get(c)
+                    for r in rows
+                ]
+                for c in columns
+            }
 
     config = dict(scorer_config, device_share=_share(gpus_per_judge))
-    return dataset.map_batches(_RowsActor, fn_constructor_kwargs={"config": config}, batch_size=batch_size,
-                               compute=ray.data.ActorPoolStrategy(size=num_judges), num_gpus=gpus_per_judge or None,
-                               num_cpus=cpus_per_judge)
+    return dataset.map_batches(
+        _RowsActor,
+        fn_constructor_kwargs={"config": config},
+        batch_size=batch_size,
+        compute=ray.data.ActorPoolStrategy(size=num_judges),
+        num_gpus=gpus_per_judge or None,
+        num_cpus=cpus_per_judge,
+    )

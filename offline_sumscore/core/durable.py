@@ -1,10 +1,11 @@
 """Files that survive a crash: written whole under a temporary name, fsynced, renamed over the target, and the
 rename itself fsynced. A reader sees the old file or the new one, never a half of either."""
+
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def replace_file(path: str | os.PathLike, write: Callable[[Path], None], *, suffix: str = ".writing") -> None:

@@ -3,15 +3,19 @@
 Every verdict is kept, with each stage's prompt, raw output, token counts and seconds, so a score can be
 audited and recomputed without the model (see arithmetic.two_axis_score / summary_score).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from offline_sumscore.core.errors import InputError, JudgeOutputError
+
 
 @dataclass
 class SummarizationResult:
     """Two-axis result. alignment and coverage are unrounded; score is rounded half up after scaling."""
+
     id: str
     score: float
     reason: str | None
@@ -43,6 +47,7 @@ class SummarizationResult:
 @dataclass
 class SummaryScoreResult:
     """Ragas-style result: score = QA*(1-coeff) + conciseness*coeff (or QA alone), not rounded."""
+
     id: str
     score: float
     qa: float
@@ -69,11 +74,39 @@ class SummaryScoreResult:
 @dataclass
 class FailedRow:
     """A row that could not be scored: never a score. error holds the stage, the message and the raw output."""
+
     id: str
     error: dict[str, Any]
     metric: str
     stages: dict[str, dict] = field(default_factory=dict)
-    exception: Any = field(default=None, repr=False, compare=False)  # the JudgeOutputError, for on_error="raise"
+    exception: Any = field(default=None, repr=False, compare=False)  # the error itself, for on_error="raise"
+
+    @classmethod
+    def judge_failed(cls, exc: JudgeOutputError, *, id: str, metric: str) -> FailedRow:
+        """The row of a sample whose judge stage failed: the stage, its cause, the message, the raw output, and the
+        audit of every stage run up to it."""
+        return cls(
+            id=id,
+            metric=metric,
+            stages=exc.stages,
+            exception=exc,
+            error={
+                "stage": exc.stage,
+                "cause": f"{exc.stage}:{exc.kind}",
+                "message": str(exc),
+                "raw_output": exc.raw_output,
+            },
+        )
+
+    @classmethod
+    def bad_input(cls, exc: InputError, *, id: Any, metric: str) -> FailedRow:
+        """The row of an input row that cannot be scored (it never reached the judge): the field and the rule."""
+        return cls(
+            id=id,
+            metric=metric,
+            exception=exc,
+            error={"stage": "input", "cause": f"input:{exc.cause}", "field": exc.field, "message": str(exc)},
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "metric": self.metric, "score": None, "error": self.error, "stages": self.stages}
+        return {"id": self.id, "metric": self.metric, "score": None, "stages": self.stages, "error": self.error}

@@ -9,24 +9,26 @@ whole or, after a crash mid-write, as a torn tail that a resumed run cuts off an
 chunks whose every row is in OUTPUT and streams the others; its batches are formed from where it starts, so they can
 differ from an uninterrupted run's (batch composition can move a verdict through padding numerics; the flip rate is
 measured in benchmarks/kill_resume.py). At the end OUTPUT is rewritten in input order, one row per input row,
-atomically (a temporary file, fsync, rename). A pool of workers (offline_sumscore.ray_runner) scores whole chunks
+atomically (a temporary file, fsync, rename). A pool of workers (offline_sumscore.runs.ray_pool) scores whole chunks
 instead, yielding them in any order.
 
 A row is matched to OUTPUT by its key ("id:<id>", or "line:<n>" when the row names no id) and the hash of its
 content; a key whose content changed is an error, never silently reused.
 """
+
 from __future__ import annotations
 
 import json
 import os
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
-from .durable import replace_file
-from .errors import UsageError
-from .samples import BadRow, Sample, input_error, source_hash
+from offline_sumscore.core.durable import replace_file
+from offline_sumscore.core.errors import UsageError, check_count
+from offline_sumscore.core.results import FailedRow
+from offline_sumscore.core.samples import BadRow, Sample, source_hash
 
 DEFAULT_CHUNK_SIZE = 32
 DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, few enough to keep the host queue short
@@ -34,8 +36,8 @@ DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, 
 
 def bad_row(item: BadRow, metric: str = "") -> dict:
     """The OUTPUT row of an input row that cannot be scored: its input error and where it came from."""
-    return {"id": item.given_id, "metric": metric, "score": None, "stages": {}, "error": input_error(item.error),
-            "line": item.line, "row_key": item.key, "input_hash": item.input_hash}
+    row = FailedRow.bad_input(item.error, id=item.given_id, metric=metric).to_dict()
+    return dict(row, line=item.line, row_key=item.key, input_hash=item.input_hash)
 
 
 def dumps(row: dict) -> bytes:
@@ -62,8 +64,10 @@ def read_finished(path: Path) -> tuple[list[dict], int, bool]:
         if row is None or not isinstance(row, dict) or "row_key" not in row:
             if last and (row is None):
                 return rows, sound, True
-            raise UsageError(f"{path}:{number} is not a row written by `sumscore score` (no row_key); to resume, "
-                             f"point -o at that run's OUTPUT, or drop --resume to start afresh")
+            raise UsageError(
+                f"{path}:{number} is not a row written by `sumscore score` (no row_key); to resume, "
+                f"point -o at that run's OUTPUT, or drop --resume to start afresh"
+            )
         rows.append(row)
         sound += len(line)
     return rows, sound, False
@@ -82,12 +86,14 @@ Chunk = list  # the input rows (Sample | BadRow) of one chunk, in input order
 ChunkScorer = Callable[[list[tuple[int, Chunk]]], Iterator[tuple[int, list[dict]]]]
 
 
-def stream_chunks_here(scorer, todo: list[tuple[int, Chunk]], emit: Callable[[int, list[dict]], None],
-                       in_flight: int = DEFAULT_IN_FLIGHT) -> None:
+def stream_chunks_here(
+    scorer, todo: list[tuple[int, Chunk]], emit: Callable[[int, list[dict]], None], in_flight: int = DEFAULT_IN_FLIGHT
+) -> None:
     """Score the chunks' Samples as one stream; emit(k, rows) each chunk, in the order given, as soon as it and
     every chunk before it are final."""
-    where = [(pos, at) for pos, (_, chunk) in enumerate(todo) for at, item in enumerate(chunk)
-             if isinstance(item, Sample)]
+    where = [
+        (pos, at) for pos, (_, chunk) in enumerate(todo) for at, item in enumerate(chunk) if isinstance(item, Sample)
+    ]
     samples = [todo[pos][1][at] for pos, at in where]
     results: list[dict[int, dict]] = [{} for _ in todo]
     missing = [sum(isinstance(item, Sample) for item in chunk) for _, chunk in todo]
@@ -124,29 +130,42 @@ def score_samples(scorer, chunk: Chunk) -> list[dict]:
 def chunk_rows(chunk: Chunk, results: list[dict], metric: str) -> list[dict]:
     """The OUTPUT rows of a chunk: each Sample's result (in order) and each BadRow's input error, in input order."""
     results_iter = iter(results)
-    return [bad_row(item, metric) if isinstance(item, BadRow) else _with_origin(item, next(results_iter))
-            for item in chunk]
+    return [
+        bad_row(item, metric) if isinstance(item, BadRow) else _with_origin(item, next(results_iter)) for item in chunk
+    ]
 
 
 def _with_origin(item: Sample, result: dict) -> dict:
     # The id as INPUT gave it, with its JSON type; null for a row that gave none (its line says which).
-    result.update(id=item.given_id, line=item.line, row_key=item.key, input_hash=item.input_hash,
-                  source_hash=source_hash(item.source))
+    result.update(
+        id=item.given_id,
+        line=item.line,
+        row_key=item.key,
+        input_hash=item.input_hash,
+        source_hash=source_hash(item.source),
+    )
     if item.doc_id is not None:
         result["doc_id"] = item.doc_id
     return result
 
 
-def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike, *, resume: bool = False,
-             chunk_size: int = DEFAULT_CHUNK_SIZE, fail_fast: bool = False,
-             progress: Callable[[int], None] | None = None, score_chunks: ChunkScorer | None = None,
-             in_flight: int = DEFAULT_IN_FLIGHT) -> BulkReport:
+def run_bulk(
+    items: Sequence[Sample | BadRow],
+    scorer,
+    output: str | os.PathLike,
+    *,
+    resume: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    fail_fast: bool = False,
+    progress: Callable[[int], None] | None = None,
+    score_chunks: ChunkScorer | None = None,
+    in_flight: int = DEFAULT_IN_FLIGHT,
+) -> BulkReport:
     """Score items into OUTPUT (JSONL), checkpointed chunk by chunk; see the module docstring for the guarantees.
 
     score_chunks: how the chunks that are not done get scored (default: here, as one stream of at most in_flight
-    samples); it may yield them in any order, as a pool of workers finishes them (offline_sumscore.ray_runner)."""
-    if chunk_size < 1:
-        raise UsageError(f"chunk_size must be >= 1. Given: {chunk_size}")
+    samples); it may yield them in any order, as a pool of workers finishes them (offline_sumscore.runs.ray_pool)."""
+    check_count("chunk_size", chunk_size)
     path = Path(output)
     done: dict[str, dict] = {}
     report = BulkReport(rows=[])
@@ -158,11 +177,12 @@ def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike
             fh.flush()
             os.fsync(fh.fileno())
     report.resumed = sum(item.key in done for item in items)
-    chunks = [list(items[start:start + chunk_size]) for start in range(0, len(items), chunk_size)]
+    chunks = [list(items[start : start + chunk_size]) for start in range(0, len(items), chunk_size)]
     todo = [(k, chunk) for k, chunk in enumerate(chunks) if not all(item.key in done for item in chunk)]
     if progress:
         progress(sum(len(chunk) for chunk in chunks) - sum(len(chunk) for _, chunk in todo))
     with open(path, "ab" if resume else "wb") as out:
+
         def write(k: int, rows: list[dict]) -> None:
             chunk = chunks[k]
             out.write(b"".join(dumps(r) for r in rows))
@@ -184,8 +204,9 @@ def run_bulk(items: Sequence[Sample | BadRow], scorer, output: str | os.PathLike
             report.stopped_early = True
     report.rows = [done[item.key] for item in items if item.key in done]
     _rewrite(path, report.rows)
-    report.failed_by_cause = Counter(r["error"].get("cause", r["error"].get("stage", "?"))
-                                     for r in report.rows if r.get("error"))
+    report.failed_by_cause = Counter(
+        r["error"].get("cause", r["error"].get("stage", "?")) for r in report.rows if r.get("error")
+    )
     return report
 
 
@@ -195,19 +216,27 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
     for row in finished:
         item = wanted.get(row["row_key"])
         if item is None:
-            raise UsageError(f"{path} holds a row ({row['row_key']}) that is not in INPUT: it is another run's "
-                             f"OUTPUT; use a new -o, or drop --resume to start afresh")
+            raise UsageError(
+                f"{path} holds a row ({row['row_key']}) that is not in INPUT: it is another run's "
+                f"OUTPUT; use a new -o, or drop --resume to start afresh"
+            )
         if row.get("input_hash") != item.input_hash:
-            raise UsageError(f"{path}: the row {row['row_key']} (line {row.get('line')}) was scored from different "
-                             f"content than INPUT has now; use a new -o, or drop --resume to rescore everything")
+            raise UsageError(
+                f"{path}: the row {row['row_key']} (line {row.get('line')}) was scored from different "
+                f"content than INPUT has now; use a new -o, or drop --resume to rescore everything"
+            )
         # The options as given must match; "design.*" keys record what "auto" resolved to for the judge.
         given = {k: v for k, v in (row.get("settings") or {}).items() if not k.startswith("design.")}
         if row.get("metric") != scorer.metric or (given and given != scorer.settings):
             differ = sorted(k for k in set(given) | set(scorer.settings) if given.get(k) != scorer.settings.get(k))
-            what = (f"metric {row.get('metric')}, not {scorer.metric}" if row.get("metric") != scorer.metric else
-                    "; ".join(f"{k} was {given.get(k)!r}, now {scorer.settings.get(k)!r}" for k in differ))
-            raise UsageError(f"{path} was written with other settings ({what}); resume with the same options, or "
-                             f"use a new -o")
+            what = (
+                f"metric {row.get('metric')}, not {scorer.metric}"
+                if row.get("metric") != scorer.metric
+                else "; ".join(f"{k} was {given.get(k)!r}, now {scorer.settings.get(k)!r}" for k in differ)
+            )
+            raise UsageError(
+                f"{path} was written with other settings ({what}); resume with the same options, or use a new -o"
+            )
         done[row["row_key"]] = row  # a chunk redone after a torn write: the later copy wins
     return done
 

@@ -15,35 +15,43 @@ the source's first sentences of at least 4 words. Chosen by measurement on SummE
 (10 documents, 120 summaries; Spearman of soft coverage with expert relevance): the first 5 sentences 0.33, every
 sentence 0.005. News puts its key facts first; for other genres give questions or key facts instead.
 """
+
 from __future__ import annotations
 
 import re
 
-from .chunking import sentences
+from offline_sumscore.core.source_pieces import sentences
 
 DUPLICATE_JACCARD = 0.8
 KEY_SENTENCE_MIN_WORDS = 4
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_FUNCTION_WORDS = frozenset("""
+_FUNCTION_WORDS = frozenset(
+    """
 a about above after again against all also am an and any are as at be because been before being below between both
 but by can could did do does doing down during each either few for from further had has have having he her here
 hers herself him himself his how i if in into is it its itself just me more most my myself neither no nor not now of
 off on once only or other our ours ourselves out over own same she should so some such than that the their theirs
 them themselves then there these they this those through to too under until up very was we were what when where which
 while who whom why will with would yes you your yours yourself yourselves
-""".split())
+""".split()
+)
 # Words any question about any text could use: a question made only of these asks nothing specific.
-_GENERIC_WORDS = frozenset("""
+_GENERIC_WORDS = frozenset(
+    """
 article text source document story report passage summary information fact facts detail details point points topic
 topics main important key major mentioned mention mentions say says said state states stated describe described
 event events thing things something anything happen happened happens question questions answer true correct right
-""".split())
+""".split()
+)
 
 
 def content_words(text: str) -> set[str]:
-    return {w for w in (m.group().lower() for m in _WORD.finditer(text))
-            if (len(w) >= 3 or w.isdigit()) and w not in _FUNCTION_WORDS and w not in _GENERIC_WORDS}
+    return {
+        w
+        for w in (m.group().lower() for m in _WORD.finditer(text))
+        if (len(w) >= 3 or w.isdigit()) and w not in _FUNCTION_WORDS and w not in _GENERIC_WORDS
+    }
 
 
 def distinct_questions(questions: list[str]) -> tuple[list[str], list[dict]]:
@@ -56,8 +64,10 @@ def distinct_questions(questions: list[str]) -> tuple[list[str], list[dict]]:
         if not words:
             dropped.append({"question": question, "why": "generic: it names nothing specific to look for"})
             continue
-        twin = next((k for k, other in enumerate(kept_words)
-                     if len(words & other) / len(words | other) >= DUPLICATE_JACCARD), None)
+        twin = next(
+            (k for k, other in enumerate(kept_words) if len(words & other) / len(words | other) >= DUPLICATE_JACCARD),
+            None,
+        )
         if twin is not None:
             dropped.append({"question": question, "why": f"duplicate of question {twin + 1}: {kept[twin]!r}"})
             continue

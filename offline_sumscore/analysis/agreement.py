@@ -10,10 +10,11 @@ None where it is undefined (fewer than two items, or a constant side), never NaN
 - binary labels: balanced accuracy (the mean of the per-class recalls) and Cohen's kappa for hard verdicts; the
   area under the ROC curve for soft ones (P(yes)), where 0.5 is chance, as balanced accuracy's 0.5 is.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -27,8 +28,14 @@ def _pairs(x: Sequence[float | None], y: Sequence[float | None]) -> tuple[np.nda
     if isinstance(x, np.ndarray) and isinstance(y, np.ndarray) and x.dtype.kind == "f" and y.dtype.kind == "f":
         keep_mask = ~(np.isnan(x) | np.isnan(y))
         return x[keep_mask], y[keep_mask]
-    keep = [(a, b) for a, b in zip(x, y) if a is not None and b is not None
-            and not (isinstance(a, float) and math.isnan(a)) and not (isinstance(b, float) and math.isnan(b))]
+    keep = [
+        (a, b)
+        for a, b in zip(x, y)
+        if a is not None
+        and b is not None
+        and not (isinstance(a, float) and math.isnan(a))
+        and not (isinstance(b, float) and math.isnan(b))
+    ]
     if not keep:
         return np.zeros(0), np.zeros(0)
     arr = np.asarray(keep, dtype=float)
@@ -46,7 +53,7 @@ def rank(values: Sequence[float]) -> np.ndarray:
         j = i
         while j + 1 < len(v) and sorted_v[j + 1] == sorted_v[i]:
             j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
         i = j + 1
     return ranks
 
@@ -101,8 +108,14 @@ def summary_level(stat: Stat, x, y, docs) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def bootstrap_interval(fn: Callable[[list[int]], float | None], docs: Sequence[Hashable], *, resamples: int = 1000,
-                       seed: int = 0, level: float = 0.95) -> tuple[float, float] | None:
+def bootstrap_interval(
+    fn: Callable[[list[int]], float | None],
+    docs: Sequence[Hashable],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> tuple[float, float] | None:
     """Percentile interval of fn(indices) over resamples that draw whole documents with replacement. A resample
     where fn is undefined is skipped; None if fewer than half are defined."""
     if resamples <= 0:
@@ -138,13 +151,19 @@ def correlate(x, y, docs, *, resamples: int = 1000, seed: int = 0) -> dict:
     for name, stat in CORRELATIONS.items():
         out["dataset"][name] = {
             "value": stat(a, b),
-            "ci": bootstrap_interval(lambda idx: stat(a[idx], b[idx]), d, resamples=resamples, seed=seed)}
+            "ci": bootstrap_interval(lambda idx, stat=stat: stat(a[idx], b[idx]), d, resamples=resamples, seed=seed),
+        }
         within = list(per_document(stat, a, b, d).values())  # resampled: a document drawn twice counts twice
         out["summary"][name] = {
             "value": float(np.mean(within)) if within else None,
             "documents_defined": len(within),
-            "ci": bootstrap_interval(lambda idx: float(np.mean(np.asarray(within)[idx])), list(range(len(within))),
-                                     resamples=resamples, seed=seed)}
+            "ci": bootstrap_interval(
+                lambda idx, within=within: float(np.mean(np.asarray(within)[idx])),
+                list(range(len(within))),
+                resamples=resamples,
+                seed=seed,
+            ),
+        }
     return out
 
 
@@ -173,9 +192,13 @@ def cohens_kappa(a: Sequence[bool], b: Sequence[bool]) -> float | None:
 
 def binary_agreement(truth, predicted) -> dict:
     pairs = [(t, p) for t, p in zip(truth, predicted) if t is not None and p is not None]
-    return {"n": len(pairs), "balanced_accuracy": balanced_accuracy(*zip(*pairs)) if pairs else None,
-            "kappa": cohens_kappa(*zip(*pairs)) if pairs else None,
-            "positives_truth": sum(bool(t) for t, _ in pairs), "positives_predicted": sum(bool(p) for _, p in pairs)}
+    return {
+        "n": len(pairs),
+        "balanced_accuracy": balanced_accuracy(*zip(*pairs)) if pairs else None,
+        "kappa": cohens_kappa(*zip(*pairs)) if pairs else None,
+        "positives_truth": sum(bool(t) for t, _ in pairs),
+        "positives_predicted": sum(bool(p) for _, p in pairs),
+    }
 
 
 def roc_auc(truth: Sequence[bool], scores: Sequence[float]) -> float | None:
@@ -191,14 +214,25 @@ def roc_auc(truth: Sequence[bool], scores: Sequence[float]) -> float | None:
     return float((rank_sum - pos * (pos + 1) / 2) / (pos * neg))
 
 
-def with_interval(stat: Callable[[list, list], float | None], truth: Sequence, scores: Sequence, docs: Sequence[Hashable],
-                  *, resamples: int = 1000, seed: int = 0) -> dict:
+def with_interval(
+    stat: Callable[[list, list], float | None],
+    truth: Sequence,
+    scores: Sequence,
+    docs: Sequence[Hashable],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict:
     """{"value", "ci"} of a statistic of (truth, scores) pairs, such as roc_auc or balanced_accuracy, with a bootstrap
     interval that resamples whole documents. Pairs where either side is None are left out."""
     keep = [i for i in range(len(truth)) if truth[i] is not None and scores[i] is not None]
     t, s, d = [truth[i] for i in keep], [scores[i] for i in keep], [docs[i] for i in keep]
     value = stat(t, s) if keep else None
-    ci = bootstrap_interval(lambda idx: stat([t[i] for i in idx], [s[i] for i in idx]), d, resamples=resamples,
-                            seed=seed) if keep else None
+    ci = (
+        bootstrap_interval(
+            lambda idx: stat([t[i] for i in idx], [s[i] for i in idx]), d, resamples=resamples, seed=seed
+        )
+        if keep
+        else None
+    )
     return {"value": value, "ci": list(ci) if ci else None, "n": len(keep)}
-

@@ -6,11 +6,15 @@ as plain dicts as they appear in an output file, as booleans, or as strings ("ye
 "true"/"false", and DeepEval's "idk", which counts as not supported). Anything else is a ValueError naming its
 position.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
+
+from offline_sumscore.core.errors import check_count
 
 _TRUE = {"yes", "1", "true"}
 _FALSE = {"no", "0", "false", "idk"}  # "idk": DeepEval's "the source does not say", which counts against
@@ -109,9 +113,17 @@ class TwoAxisScore:
     scorable: bool = True  # False: no claims or nothing to cover, so the score is 0 whatever the other axis says
 
 
-def two_axis_score(alignment: Iterable[Any], questions: Sequence[Any], coverage: Sequence[Any], *,
-                   max_questions: int = 10, scale: float = 1.0, strict_mode: bool = False,
-                   threshold: float = 0.5, flavor: str = "mastra") -> TwoAxisScore:
+def two_axis_score(
+    alignment: Iterable[Any],
+    questions: Sequence[Any],
+    coverage: Sequence[Any],
+    *,
+    max_questions: int = 10,
+    scale: float = 1.0,
+    strict_mode: bool = False,
+    threshold: float = 0.5,
+    flavor: str = "mastra",
+) -> TwoAxisScore:
     """Recompute the two-axis score from saved verdicts: alignment = the claim verdicts, questions = the coverage
     items (questions, key facts or key sentences), coverage = their verdicts, as they appear in an output row.
 
@@ -124,8 +136,7 @@ def two_axis_score(alignment: Iterable[Any], questions: Sequence[Any], coverage:
     """
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {', '.join(FLAVORS)}. Given: {flavor}")
-    if max_questions < 1:
-        raise ValueError(f"max_questions must be >= 1. Given: {max_questions}")
+    check_count("max_questions", max_questions)
     if not scale > 0:
         raise ValueError(f"scale must be > 0. Given: {scale}")
     claims = list(alignment)
@@ -142,8 +153,9 @@ def two_axis_score(alignment: Iterable[Any], questions: Sequence[Any], coverage:
     low = min(a, c) if scorable else 0.0
     axis = "both" if a == c else ("alignment" if a < c else "coverage")
     score = round_mastra(low * scale) if flavor == "mastra" else low * scale
-    return TwoAxisScore(score=score, alignment=a, coverage=c, limiting_axis=axis, passed=low >= threshold,
-                        scorable=scorable)
+    return TwoAxisScore(
+        score=score, alignment=a, coverage=c, limiting_axis=axis, passed=low >= threshold, scorable=scorable
+    )
 
 
 def join_contexts(text: str | Sequence[str]) -> str:
@@ -170,8 +182,9 @@ class SummaryScoreValue:
     conciseness: float | None  # None when length_penalty is off
 
 
-def summary_score(answers: Sequence[Any], text: str | Sequence[str], summary: str, *,
-                  length_penalty: bool = True, coeff: float = 0.5) -> SummaryScoreValue:
+def summary_score(
+    answers: Sequence[Any], text: str | Sequence[str], summary: str, *, length_penalty: bool = True, coeff: float = 0.5
+) -> SummaryScoreValue:
     """Recompute the Ragas-style SummaryScore from saved answers.
 
     score = QA*(1-coeff) + conciseness*coeff with the length penalty, else QA.

@@ -9,6 +9,7 @@ system's mean with its bootstrap interval and the pairwise p-values adjusted by 
 
 Pure functions over rows: no model, no files (the CLI reads and writes).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -17,10 +18,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputError
+from offline_sumscore.core.errors import InputError
 
-FIELDS = {"two-axis": ("score", "alignment", "coverage", "soft_alignment", "soft_coverage"),
-          "summary-score": ("score", "qa", "conciseness", "soft_qa")}
+FIELDS = {
+    "two-axis": ("score", "alignment", "coverage", "soft_alignment", "soft_coverage"),
+    "summary-score": ("score", "qa", "conciseness", "soft_qa"),
+}
 ALPHA = 0.05
 TIE = 1e-9  # differences within this are ties (scores are exact fractions, rounded)
 EXACT_UP_TO = 16  # documents: up to here the permutation test enumerates every sign pattern
@@ -29,6 +32,7 @@ EXACT_UP_TO = 16  # documents: up to here the permutation test enumerates every 
 @dataclass
 class System:
     """One system's rows, keyed by document."""
+
     name: str
     rows: dict[str, dict]  # document key -> row (scored)
     failed: list[str] = field(default_factory=list)  # ids of failed rows, left out
@@ -50,8 +54,13 @@ def signature(row: dict) -> dict:
     """What a score depends on besides the summary: the metric, the judge (name, weights' identity, precision) and
     every scorer setting (prompt version included). Rows compare only under equal signatures."""
     judge = row.get("judge") or {}
-    return {"metric": row.get("metric"), "judge": judge.get("name"), "judge_identity": judge.get("identity"),
-            "dtype": judge.get("dtype"), **{f"settings.{k}": v for k, v in sorted((row.get("settings") or {}).items())}}
+    return {
+        "metric": row.get("metric"),
+        "judge": judge.get("name"),
+        "judge_identity": judge.get("identity"),
+        "dtype": judge.get("dtype"),
+        **{f"settings.{k}": v for k, v in sorted((row.get("settings") or {}).items())},
+    }
 
 
 def _numbers(row: dict) -> dict:
@@ -97,9 +106,12 @@ def differences(systems: list[System]) -> dict[str, list]:
             mine = signature(row)
             if mine != s.signature:
                 key = next(k for k in sorted(set(mine) | set(s.signature)) if mine.get(k) != s.signature.get(k))
-                raise InputError(f"mixes settings within one system: row {row.get('id')} has {key}="
-                                 f"{mine.get(key)!r}, earlier rows {s.signature.get(key)!r}", path=s.name,
-                                 cause="mixed_settings")
+                raise InputError(
+                    f"mixes settings within one system: row {row.get('id')} has {key}="
+                    f"{mine.get(key)!r}, earlier rows {s.signature.get(key)!r}",
+                    path=s.name,
+                    cause="mixed_settings",
+                )
     keys = sorted(set().union(*(s.signature for s in systems)))
     for key in keys:
         values = [s.signature.get(key) for s in systems]
@@ -116,8 +128,9 @@ def common_documents(systems: list[System]) -> list[str]:
 
 
 # -- statistics ---------------------------------------------------------------------------------------------------
-def bootstrap_interval(diffs: list[float], *, resamples: int = 10000, seed: int = 0,
-                       level: float = 0.95) -> tuple[float, float]:
+def bootstrap_interval(
+    diffs: list[float], *, resamples: int = 10000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     """Percentile interval of the mean difference, resampling documents with replacement (seeded: reproducible)."""
     import numpy as np
 
@@ -142,9 +155,9 @@ def permutation_p(diffs: list[float], *, resamples: int = 10000, seed: int = 0) 
     values = np.asarray(diffs, dtype=np.float64)
     observed = abs(values.sum()) - 1e-12
     if n <= EXACT_UP_TO:
-        patterns = (np.arange(2 ** n)[:, None] >> np.arange(n)) & 1
+        patterns = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
         sums = np.abs(((1 - 2 * patterns) * values).sum(axis=1))
-        return float((sums >= observed).sum() / 2 ** n)
+        return float((sums >= observed).sum() / 2**n)
     signs = 1 - 2 * np.random.default_rng(seed).integers(0, 2, size=(resamples, n))
     hits = int((np.abs((signs * values).sum(axis=1)) >= observed).sum())
     return (hits + 1) / (resamples + 1)
@@ -162,7 +175,7 @@ def holm(p_values: list[float]) -> list[float]:
 
 
 def verdict(mean_diff: float, p: float, alpha: float = ALPHA) -> str:
-    """"A" (the first system better), "B", or "no difference" at level alpha."""
+    """ "A" (the first system better), "B", or "no difference" at level alpha."""
     if p != p or p >= alpha or abs(mean_diff) <= TIE:
         return "no difference"
     return "A" if mean_diff > 0 else "B"
@@ -173,11 +186,18 @@ def compare_values(a: list[float], b: list[float], *, resamples: int = 10000, se
     diffs = [x - y for x, y in zip(a, b)]
     lo, hi = bootstrap_interval(diffs, resamples=resamples, seed=seed)
     n = len(diffs)
-    return {"documents": n, "mean_a": sum(a) / n if n else math.nan, "mean_b": sum(b) / n if n else math.nan,
-            "mean_diff": sum(diffs) / n if n else math.nan, "ci_low": lo, "ci_high": hi,
-            "p": permutation_p(diffs, resamples=resamples, seed=seed),
-            "wins": sum(d > TIE for d in diffs), "ties": sum(abs(d) <= TIE for d in diffs),
-            "losses": sum(d < -TIE for d in diffs)}
+    return {
+        "documents": n,
+        "mean_a": sum(a) / n if n else math.nan,
+        "mean_b": sum(b) / n if n else math.nan,
+        "mean_diff": sum(diffs) / n if n else math.nan,
+        "ci_low": lo,
+        "ci_high": hi,
+        "p": permutation_p(diffs, resamples=resamples, seed=seed),
+        "wins": sum(d > TIE for d in diffs),
+        "ties": sum(abs(d) <= TIE for d in diffs),
+        "losses": sum(d < -TIE for d in diffs),
+    }
 
 
 def system_mean(values: list[float], *, resamples: int = 10000, seed: int = 0) -> dict:
@@ -185,8 +205,15 @@ def system_mean(values: list[float], *, resamples: int = 10000, seed: int = 0) -
     return {"mean": sum(values) / len(values) if values else math.nan, "ci_low": lo, "ci_high": hi}
 
 
-def compare_systems(systems: list[System], *, fields: tuple[str, ...] | None = None, allow_mixed: bool = False,
-                    resamples: int = 10000, seed: int = 0, drill: int = 5) -> dict:
+def compare_systems(
+    systems: list[System],
+    *,
+    fields: tuple[str, ...] | None = None,
+    allow_mixed: bool = False,
+    resamples: int = 10000,
+    seed: int = 0,
+    drill: int = 5,
+) -> dict:
     """The whole comparison as a JSON-ready dict (see the module docstring)."""
     if len(systems) < 2:
         raise InputError("needs at least two systems' rows to compare", cause="too_few_systems")
@@ -195,35 +222,61 @@ def compare_systems(systems: list[System], *, fields: tuple[str, ...] | None = N
         raise InputError(f"has no scored rows with a document key: {', '.join(empty)}", cause="no_rows")
     metrics = {s.metric for s in systems}
     if len(metrics) > 1:
-        raise InputError(f"mixes metrics ({', '.join(sorted(metrics))}): their scores do not compare",
-                         cause="mixed_metrics")
+        raise InputError(
+            f"mixes metrics ({', '.join(sorted(metrics))}): their scores do not compare", cause="mixed_metrics"
+        )
     mixed = differences(systems)
     if mixed and not allow_mixed:
-        named = "; ".join(f"{k}: " + ", ".join(f"{s.name}={v!r}" for s, v in zip(systems, values))
-                          for k, values in list(mixed.items())[:5])
-        raise InputError(f"compares rows scored under different settings ({named}); rescore under one setting, or "
-                         f"pass --allow-mixed to compare them anyway", cause="mixed_settings")
+        named = "; ".join(
+            f"{k}: " + ", ".join(f"{s.name}={v!r}" for s, v in zip(systems, values))
+            for k, values in list(mixed.items())[:5]
+        )
+        raise InputError(
+            f"compares rows scored under different settings ({named}); rescore under one setting, or "
+            f"pass --allow-mixed to compare them anyway",
+            cause="mixed_settings",
+        )
     metric = systems[0].metric
     fields = fields or FIELDS.get(metric, ("score",))
     docs = common_documents(systems)
     if not docs:
-        raise InputError("the systems share no scored document (check --by, or that they scored the same sources)",
-                         cause="no_common_documents")
+        raise InputError(
+            "the systems share no scored document (check --by, or that they scored the same sources)",
+            cause="no_common_documents",
+        )
     fields = tuple(f for f in fields if all(isinstance(s.rows[d].get(f), (int, float)) for s in systems for d in docs))
     report: dict[str, Any] = {
-        "metric": metric, "fields": list(fields), "documents": len(docs), "alpha": ALPHA,
-        "resamples": resamples, "seed": seed, "settings_differ": mixed,
-        "systems": [{"name": s.name, "scored": len(s.rows), "failed": len(s.failed), "unkeyed": len(s.unkeyed),
-                     "duplicates": len(s.duplicates), "not_in_every_system": len(set(s.rows) - set(docs)),
-                     "signature": s.signature} for s in systems],
-        "means": {s.name: {f: system_mean([s.rows[d][f] for d in docs], resamples=resamples, seed=seed)
-                           for f in fields} for s in systems},
-        "pairs": []}
+        "metric": metric,
+        "fields": list(fields),
+        "documents": len(docs),
+        "alpha": ALPHA,
+        "resamples": resamples,
+        "seed": seed,
+        "settings_differ": mixed,
+        "systems": [
+            {
+                "name": s.name,
+                "scored": len(s.rows),
+                "failed": len(s.failed),
+                "unkeyed": len(s.unkeyed),
+                "duplicates": len(s.duplicates),
+                "not_in_every_system": len(set(s.rows) - set(docs)),
+                "signature": s.signature,
+            }
+            for s in systems
+        ],
+        "means": {
+            s.name: {f: system_mean([s.rows[d][f] for d in docs], resamples=resamples, seed=seed) for f in fields}
+            for s in systems
+        },
+        "pairs": [],
+    }
     for a, b in itertools.combinations(systems, 2):
         pair = {"a": a.name, "b": b.name, "fields": {}}
         for f in fields:
-            pair["fields"][f] = compare_values([a.rows[d][f] for d in docs], [b.rows[d][f] for d in docs],
-                                               resamples=resamples, seed=seed)
+            pair["fields"][f] = compare_values(
+                [a.rows[d][f] for d in docs], [b.rows[d][f] for d in docs], resamples=resamples, seed=seed
+            )
         pair["drill_down"] = drill_down(a, b, docs, drill)
         report["pairs"].append(pair)
     for f in fields:  # Holm over the pairs, per field
@@ -231,28 +284,42 @@ def compare_systems(systems: list[System], *, fields: tuple[str, ...] | None = N
         for s, adj in zip(stats, holm([s["p"] for s in stats])):
             s["p_holm"] = adj
             s["verdict"] = verdict(s["mean_diff"], adj)
-    report["ranking"] = sorted((s.name for s in systems),
-                               key=lambda n: -report["means"][n]["score"]["mean"] if "score" in fields else n)
+    report["ranking"] = sorted(
+        (s.name for s in systems), key=lambda n: -report["means"][n]["score"]["mean"] if "score" in fields else n
+    )
     return report
 
 
 def _missed(row: dict) -> dict:
     """A row's unsupported claims and missed coverage items (two-axis), or unanswered questions (Ragas)."""
     if row.get("metric") == "summary-score":
-        return {"unsupported": [], "missed": [q for q, a in zip(row.get("questions") or [], row.get("answers") or [])
-                                              if str(a) != "1"]}
+        return {
+            "unsupported": [],
+            "missed": [q for q, a in zip(row.get("questions") or [], row.get("answers") or []) if str(a) != "1"],
+        }
     items = row.get("questions") or []
     verdicts = row.get("coverage_verdicts") or []
-    return {"unsupported": [c.get("claim") for c in row.get("claims") or [] if not c.get("supported")],
-            "missed": [q for q, v in zip(items, verdicts) if not v.get("answered")]}
+    return {
+        "unsupported": [c.get("claim") for c in row.get("claims") or [] if not c.get("supported")],
+        "missed": [q for q, v in zip(items, verdicts) if not v.get("answered")],
+    }
 
 
 def drill_down(a: System, b: System, docs: list[str], n: int) -> list[dict]:
     """The n documents where the two systems' scores differ most, each side's misses next to each other."""
     ranked = sorted(docs, key=lambda d: (-abs(a.rows[d]["score"] - b.rows[d]["score"]), d))[:n]
-    return [{"document": d, "id_a": a.rows[d].get("id"), "id_b": b.rows[d].get("id"),
-             "score_a": a.rows[d]["score"], "score_b": b.rows[d]["score"],
-             "a": _missed(a.rows[d]), "b": _missed(b.rows[d])} for d in ranked]
+    return [
+        {
+            "document": d,
+            "id_a": a.rows[d].get("id"),
+            "id_b": b.rows[d].get("id"),
+            "score_a": a.rows[d]["score"],
+            "score_b": b.rows[d]["score"],
+            "a": _missed(a.rows[d]),
+            "b": _missed(b.rows[d]),
+        }
+        for d in ranked
+    ]
 
 
 def verdict_label(pair: dict, stats: dict) -> str:
@@ -262,30 +329,38 @@ def verdict_label(pair: dict, stats: dict) -> str:
 
 def left_out(system: dict) -> str:
     """Why a system's rows were left out, by cause (a report's "systems" entry)."""
-    return (f"{system['failed']} failed, {system['unkeyed']} with no document key, {system['duplicates']} "
-            f"duplicate, {system['not_in_every_system']} on documents another system did not score")
+    return (
+        f"{system['failed']} failed, {system['unkeyed']} with no document key, {system['duplicates']} "
+        f"duplicate, {system['not_in_every_system']} on documents another system did not score"
+    )
 
 
 def table(report: dict) -> str:
     """The terminal table: per pair and field, the difference, its interval, p (Holm), W/T/L and the verdict."""
-    lines = [f"{report['documents']} documents scored by every system ({report['metric']}); "
-             f"paired bootstrap 95% intervals ({report['resamples']} resamples, seed {report['seed']}), "
-             f"permutation p-values, Holm-adjusted over {len(report['pairs'])} pair(s)."]
+    lines = [
+        f"{report['documents']} documents scored by every system ({report['metric']}); "
+        f"paired bootstrap 95% intervals ({report['resamples']} resamples, seed {report['seed']}), "
+        f"permutation p-values, Holm-adjusted over {len(report['pairs'])} pair(s)."
+    ]
     for s in report["systems"]:
         dropped = s["failed"] + s["unkeyed"] + s["duplicates"] + s["not_in_every_system"]
         if dropped:
             lines.append(f"  {s['name']}: {dropped} row(s) left out: {left_out(s)}")
     if report["settings_differ"]:
         lines.append("  --allow-mixed: settings differ on " + ", ".join(report["settings_differ"]))
-    header = f"{'A':<16} {'B':<16} {'field':<15} {'mean A':>7} {'mean B':>7} {'A - B':>7} {'95% CI':>17} " \
-             f"{'p':>7} {'p Holm':>7} {'W/T/L':>11}  verdict"
+    header = (
+        f"{'A':<16} {'B':<16} {'field':<15} {'mean A':>7} {'mean B':>7} {'A - B':>7} {'95% CI':>17} "
+        f"{'p':>7} {'p Holm':>7} {'W/T/L':>11}  verdict"
+    )
     lines += ["", header, "-" * len(header)]
     for pair in report["pairs"]:
         for f, s in pair["fields"].items():
             better = verdict_label(pair, s)
-            lines.append(f"{pair['a'][:16]:<16} {pair['b'][:16]:<16} {f:<15} {s['mean_a']:>7.3f} {s['mean_b']:>7.3f} "
-                         f"{s['mean_diff']:>+7.3f} [{s['ci_low']:>+7.3f},{s['ci_high']:>+7.3f}] {s['p']:>7.4f} "
-                         f"{s['p_holm']:>7.4f} {s['wins']:>3}/{s['ties']}/{s['losses']:<3}  {better}")
+            lines.append(
+                f"{pair['a'][:16]:<16} {pair['b'][:16]:<16} {f:<15} {s['mean_a']:>7.3f} {s['mean_b']:>7.3f} "
+                f"{s['mean_diff']:>+7.3f} [{s['ci_low']:>+7.3f},{s['ci_high']:>+7.3f}] {s['p']:>7.4f} "
+                f"{s['p_holm']:>7.4f} {s['wins']:>3}/{s['ties']}/{s['losses']:<3}  {better}"
+            )
     if len(report["systems"]) > 2 and "score" in report["fields"]:
         lines += ["", "ranking by mean score (95% CI):"]
         for k, name in enumerate(report["ranking"], 1):

@@ -6,11 +6,12 @@ reason, when asked), with a grammar of its own, so the verdict comes first and i
 distribution; a Likelihood is the judge's log-probability of a given statement, with nothing decoded.
 Schemas are built by cached factories: one class per parameter set, so each grammar is built once.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
 import json
-from typing import Annotated, ClassVar, List, Literal
+from functools import cache
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -27,6 +28,7 @@ class TextOutput(BaseModel):
     Why verdicts are not JSON: measured on the embedded judge (all 274 FRANK sentences), the same question answered
     as a plain "Yes"/"No" word gave ROC AUC 0.60, and answered through `{"supported": ` 0.32, below chance.
     """
+
     model_config = _STRICT
 
     @classmethod
@@ -34,7 +36,7 @@ class TextOutput(BaseModel):
         raise NotImplementedError
 
     @classmethod
-    def from_text(cls, text: str) -> "TextOutput":  # pragma: no cover - abstract
+    def from_text(cls, text: str) -> TextOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 
 
@@ -42,6 +44,7 @@ class YesNoVerdict(TextOutput):
     """Stages "support" and "coverage" with yes-no verdicts: "Yes" or "No", then (when asked) a reason on the next
     line. The verdict is the first token, so it is read from one next-token distribution, and the reason, decoded
     after it, can only explain it."""
+
     verdict: bool
     reason: str | None = None
     reason_chars: ClassVar[int | None] = None
@@ -50,20 +53,20 @@ class YesNoVerdict(TextOutput):
     def lark(cls) -> str:
         if not cls.reason_chars:
             return 'start: "Yes" | "No"'
-        return 'start: ("Yes" | "No") "\\nReason: " /[^\\n]{1,%d}/' % cls.reason_chars
+        return 'start: ("Yes" | "No") "\\nReason: " /[^\\n]{1,' + str(cls.reason_chars) + "}/"
 
     @classmethod
-    def from_text(cls, text: str) -> "YesNoVerdict":
+    def from_text(cls, text: str) -> YesNoVerdict:
         word, _, rest = text.partition("\n")
         if word not in ("Yes", "No"):
             raise ValueError(f"a verdict must be Yes or No; got {text[:20]!r}")
         # The grammar makes a local judge give the reason it was asked for; a served judge's missing reason costs
         # only the explanation, never the verdict.
-        reason = rest[len("Reason: "):] if rest.startswith("Reason: ") else (rest.strip() or None)
+        reason = rest[len("Reason: ") :] if rest.startswith("Reason: ") else (rest.strip() or None)
         return cls(verdict=word == "Yes", reason=reason)
 
 
-@lru_cache(maxsize=None)
+@cache
 def yes_no_verdict(reason_chars: int | None) -> type[YesNoVerdict]:
     return type(f"YesNoVerdict{reason_chars or ''}", (YesNoVerdict,), {"reason_chars": reason_chars})
 
@@ -71,6 +74,7 @@ def yes_no_verdict(reason_chars: int | None) -> type[YesNoVerdict]:
 class Likelihood(BaseModel):
     """Stages "support" and "coverage" with likelihood verdicts: the judge's mean log-probability per token of a
     statement (the request's continuation) after the prompt. One forward pass, nothing decoded."""
+
     model_config = _STRICT
     mean_logprob: float
     tokens: int = Field(ge=1)
@@ -90,34 +94,49 @@ def parse_output(schema: type[BaseModel], text: str) -> BaseModel:
     return schema.model_validate_json(text)
 
 
-@lru_cache(maxsize=None)
+@cache
 def claims_list(max_claims: int, text_chars: int) -> type[BaseModel]:
     """Stage "claims" (atomic): the summary's claims, drawn from the summary alone. Zero claims is allowed (a summary
     that states nothing checkable scores 0). max_claims is a safety bound, not a cap: a list that reaches it is
     drawn again from smaller parts of the summary, never cut."""
-    return create_model("ClaimList", __config__=_STRICT,
-                        claims=(List[Annotated[str, Field(min_length=1, max_length=text_chars)]],
-                                Field(min_length=0, max_length=max_claims)))
+    return create_model(
+        "ClaimList",
+        __config__=_STRICT,
+        claims=(
+            list[Annotated[str, Field(min_length=1, max_length=text_chars)]],
+            Field(min_length=0, max_length=max_claims),
+        ),
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def questions_list(max_questions: int, text_chars: int, min_questions: int = 1) -> type[BaseModel]:
     """Stages "questions" and "ragas_questions": closed questions the source answers yes. min_questions ==
     max_questions asks for exactly that many (DeepEval's n)."""
-    return create_model("QuestionList", __config__=_STRICT,
-                        questions=(List[Annotated[str, Field(min_length=1, max_length=text_chars)]],
-                                   Field(min_length=min_questions, max_length=max_questions)))
+    return create_model(
+        "QuestionList",
+        __config__=_STRICT,
+        questions=(
+            list[Annotated[str, Field(min_length=1, max_length=text_chars)]],
+            Field(min_length=min_questions, max_length=max_questions),
+        ),
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def keyphrases_list(max_keyphrases: int, text_chars: int) -> type[BaseModel]:
     """Stage "keyphrases" (Ragas-style): named entities, dates, money, percentages of the text."""
-    return create_model("KeyphraseList", __config__=_STRICT,
-                        keyphrases=(List[Annotated[str, Field(min_length=1, max_length=text_chars)]],
-                                    Field(min_length=0, max_length=max_keyphrases)))
+    return create_model(
+        "KeyphraseList",
+        __config__=_STRICT,
+        keyphrases=(
+            list[Annotated[str, Field(min_length=1, max_length=text_chars)]],
+            Field(min_length=0, max_length=max_keyphrases),
+        ),
+    )
 
 
-@lru_cache(maxsize=None)
+@cache
 def ragas_answer() -> type[BaseModel]:
     """Stage "ragas_answers", one request per question: "1" or "0"."""
     return create_model("RagasAnswer", __config__=_STRICT, answer=(Literal["1", "0"], ...))

@@ -1,0 +1,138 @@
+"""Input rows as the scorers take them: Sample (a row to judge) and BadRow (a row that cannot be), the checks every
+reader applies to a row's texts, and the hashes that pair rows across runs. Reading files is io.inputs' job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from offline_sumscore.core.errors import InputError
+
+# C0 and C1 control characters other than tab, newline and carriage return: in judged text they are nearly always
+# corruption (a NUL from a binary file, an escape sequence from a terminal log), and some tokenizers drop them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# Undecodable bytes survive decoding with errors="surrogateescape" as lone surrogates U+DC80..U+DCFF.
+UNDECODABLE = re.compile(r"[\udc80-\udcff]")
+
+
+@dataclass(frozen=True)
+class Sample:
+    id: str
+    source: str
+    summary: str
+    questions: tuple[str, ...] | None = None  # user-supplied questions: skip question generation
+    key_facts: tuple[str, ...] | None = None  # user-supplied statements (FineSurE's key facts) to check coverage by
+    line: int | None = None
+    key: str = ""  # resume key: "id:<id>" when the row names an id, else "line:<n>"
+    input_hash: str = ""  # hash of the row's judged content: a resumed run checks it against OUTPUT's row
+    given_id: Any = None  # the id as the input gave it (a JSON string, number or boolean), None if it gave none
+    doc_id: str | None = None  # the input's doc_id field, if any: kept in OUTPUT for `sumscore compare --by doc_id`
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """An input row that cannot be scored. It becomes a failed row in OUTPUT; the run goes on."""
+
+    id: str
+    line: int | None
+    key: str
+    input_hash: str
+    error: InputError
+    given_id: Any = None  # as for Sample: what OUTPUT's row shows as its id
+
+
+def checked_sample(
+    row_id: str,
+    source: Any,
+    summary: Any,
+    *,
+    source_field: str = "source",
+    summary_field: str = "summary",
+    line: int | None = None,
+) -> Sample:
+    """A Sample from a table's row (a DataFrame's, a Ray dataset's), its texts checked as every reader checks them:
+    an InputError naming the row and field when one is missing, empty or not text."""
+    return Sample(
+        id=row_id,
+        source=check_text(source, source_field, line=line, row_id=row_id),
+        summary=check_text(summary, summary_field, line=line, row_id=row_id),
+    )
+
+
+def source_hash(source: str) -> str:
+    """What OUTPUT rows are paired by in `sumscore compare` when no document field is named: the source's hash."""
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def content_hash(*parts: Any) -> str:
+    return hashlib.sha256(
+        json.dumps(parts, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass")
+    ).hexdigest()[:16]
+
+
+def judged_hash(source: Any, summary: Any, questions: Any = None, key_facts: Any = None) -> str:
+    """The resume hash of what a row asks to be judged (key facts only where given, so older hashes still hold)."""
+    return content_hash(source, summary, questions, *([key_facts] if key_facts is not None else []))
+
+
+def check_text(
+    value: Any,
+    field: str,
+    *,
+    line: int | None = None,
+    row_id: str | None = None,
+    path: str | None = None,
+    python: bool = False,
+) -> str:
+    """value as a text to judge, or an InputError naming the row and field. python: the value came from a Python
+    call, so a missing one is None (not JSON's null)."""
+
+    def bad(rule: str, cause: str) -> InputError:
+        return InputError(rule, field=field, line=line, row_id=row_id, path=path, cause=cause)
+
+    if not isinstance(value, str):
+        missing = "None" if python else "null"
+        raise bad(f"must be a string; got {missing if value is None else type(value).__name__}", "not_a_string")
+    if not value.strip():
+        raise bad("is empty or whitespace-only; each row needs text to judge", "empty_text")
+    if m := UNDECODABLE.search(value):
+        raise bad(f"is not valid UTF-8 (byte 0x{ord(m.group()) - 0xDC00:02x} at character {m.start()})", "invalid_utf8")
+    if m := _CONTROL.search(value):
+        raise bad(
+            f"contains control character U+{ord(m.group()):04X} at character {m.start()}; remove it "
+            f"(tab, newline and carriage return are allowed)",
+            "control_character",
+        )
+    return value
+
+
+def as_sample(item: Any, index: int) -> Sample:
+    """Accept a Sample, a (source, summary) pair or a dict with source/summary (and id, questions)."""
+    if isinstance(item, Sample):
+        return item
+    if isinstance(item, dict):
+        given = item.get("id")
+        row_id = str(given if given is not None else index)
+        # An error names the id the caller gave, or the item's position: never an id it did not give.
+        where = {"row_id": str(given)} if given is not None else {"path": f"item {index}"}
+        questions, key_facts = item.get("questions"), item.get("key_facts")
+        return Sample(
+            id=row_id,
+            source=check_text(item.get("source"), "source", python=True, **where),
+            summary=check_text(item.get("summary"), "summary", python=True, **where),
+            questions=tuple(questions) if questions is not None else None,
+            key_facts=tuple(key_facts) if key_facts is not None else None,
+        )
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return Sample(
+            id=str(index),
+            source=check_text(item[0], "source", path=f"item {index}", python=True),
+            summary=check_text(item[1], "summary", path=f"item {index}", python=True),
+        )
+    raise InputError(
+        f"item {index} must be a (source, summary) pair or a dict with source and summary; got {type(item).__name__}"
+    )

@@ -1,0 +1,1 @@
+"""Files in and out: reading INPUT rows (inputs), writing and reading OUTPUT rows (outputs), the HTML pages (report)."""

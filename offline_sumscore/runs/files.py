@@ -1,0 +1,207 @@
+"""Files in, files out: score an INPUT file (or folder of shards) into OUTPUT, and compare OUTPUTs.
+
+`sumscore score` and `sumscore compare` are these functions behind flags; Python callers call the same ones:
+
+    from offline_sumscore.runs.files import score_file
+    run = score_file("in.parquet", "out.csv", SummarizationScorer(judge), resume=True)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from offline_sumscore.analysis.comparison import System, compare_systems, system_from_rows
+from offline_sumscore.core.errors import InputError, UsageError
+from offline_sumscore.core.samples import BadRow
+from offline_sumscore.io.inputs import read_rows
+from offline_sumscore.io.outputs import output_kind, read_results, write_rows
+from offline_sumscore.peers.mastra import to_mastra
+from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, BulkReport, run_bulk
+from offline_sumscore.runs.ray_pool import RayPool
+from offline_sumscore.scorers import METRICS
+
+DEFAULT_SHARD_ROWS = 100_000
+RESULT_SUFFIXES = (".jsonl", ".parquet", ".csv")
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a run writes. Rows are appended to a JSONL record as they finish (what --resume reads); the record is
+    OUTPUT itself for native JSONL, and other formats, the Mastra shape and folders of shards are written from it at
+    the end."""
+
+    path: str
+    sharded: bool  # OUTPUT is a folder (its name ends in /): shards part-00000.<format>, ...
+    record: str
+
+    @classmethod
+    def at(cls, output_path: str | os.PathLike, output_format: str = "native") -> Output:
+        path = str(output_path)
+        sharded = path.endswith(("/", os.sep)) or Path(path).is_dir()
+        if sharded:
+            return cls(path, True, str(Path(path) / "rows.jsonl.record"))
+        native_jsonl = output_kind(path) == ".jsonl" and output_format == "native"
+        return cls(path, False, path if native_jsonl else f"{path}.rows.jsonl")
+
+
+@dataclass
+class FileRun:
+    report: BulkReport  # the rows, in input order, and what the run kept, cut and failed
+    scorer: Any  # the scorer the rows went through (its stacked engine counts the stage cache's hits)
+    output: Output
+    bad_rows: int  # input rows that failed their checks and never reached the judge
+    seconds: float  # the scoring itself, from the first row sent to OUTPUT written
+
+
+def refuse_overwriting_input(input_path: str | os.PathLike, targets: Sequence[str]) -> None:
+    """OUTPUT (its record, its shard folder) may not be INPUT, through any path or link, nor hold it or lie in it."""
+    source = Path(input_path).resolve()
+    for target in targets:
+        out = Path(target).resolve()
+        same = out == source or (out.exists() and source.exists() and os.path.samefile(out, source))
+        if same or out.is_relative_to(source) or source.is_relative_to(out):
+            raise UsageError(
+                f"OUTPUT {target} is INPUT {input_path}, or holds it, or lies in it: scoring into it "
+                f"would destroy the input; choose another -o"
+            )
+
+
+def score_file(
+    input_path: str | os.PathLike,
+    output_path: str | os.PathLike,
+    scorer: Any = None,
+    *,
+    metric: str = "two-axis",
+    model: Any = None,
+    options: dict | None = None,
+    cache: Any = None,
+    engine: Any = None,
+    ray: RayPool | None = None,
+    output_format: str = "native",
+    shard_rows: int = DEFAULT_SHARD_ROWS,
+    shard_format: str = "jsonl",
+    resume: bool = False,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    in_flight: int = DEFAULT_IN_FLIGHT,
+    fail_fast: bool = False,
+    allow_long_summary: bool = False,
+    source_field: str = "source",
+    summary_field: str = "summary",
+    id_field: str = "id",
+    progress: Callable[[int], AbstractContextManager[Any]] | None = None,
+    notify: Callable[[str], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> FileRun:
+    """Score every row of INPUT (JSONL, CSV, Parquet, a datasets save_to_disk directory or a folder of shards) into
+    OUTPUT (.jsonl, .parquet, .csv, or a folder ending in / of shards), as `sumscore score` does: bad rows fail alone,
+    finished rows are never lost, and resume=True finishes an interrupted run.
+
+    scorer: a SummarizationScorer or SummaryScore; else one is built from metric, model, options (its keyword
+    arguments), cache and engine (a served judge). ray: score on a pool of Ray actors, each building its own scorer
+    from metric, model and options (so it takes no scorer object). progress(total) gives a context manager whose
+    value has update(n), told of every finished row; notify(message) hears of sources judged in pieces, and
+    warn(message) of every input row skipped as bad.
+    Raises InputError (cause "no_rows") when INPUT holds no rows: OUTPUT is not written."""
+    options = dict(options or {})
+    if scorer is not None and (ray is not None or options or model is not None):
+        raise UsageError(
+            "give score_file either a scorer, or metric, model and options to build one (a Ray pool "
+            "builds one per actor from them), not both"
+        )
+    if scorer is None:
+        scorer = METRICS[metric](model, cache=cache, engine=engine, **options)
+    if output_format not in ("native", "mastra"):
+        raise UsageError(f"output_format must be native or mastra. Given: {output_format}")
+    if output_format == "mastra" and scorer.metric != "two-axis":
+        raise UsageError("--output-format mastra is the two-axis metric's shape")
+    output = Output.at(output_path, output_format)
+    refuse_overwriting_input(input_path, [output.path, output.record])
+    items = list(
+        read_rows(
+            input_path,
+            source_field=source_field,
+            summary_field=summary_field,
+            id_field=id_field,
+            allow_long_summary=allow_long_summary,
+        )
+    )
+    if not items:
+        raise InputError(
+            "holds no rows (an empty file, or only blank lines): nothing to score, OUTPUT not written",
+            path=str(input_path),
+            cause="no_rows",
+        )
+    # OUTPUT's folder is made now, before the judge loads: a typo in a path costs no model load.
+    Path(output.path).parent.mkdir(parents=True, exist_ok=True)
+    if output.sharded:
+        Path(output.path).mkdir(parents=True, exist_ok=True)
+    bad = [item for item in items if isinstance(item, BadRow)]
+    if fail_fast and bad:
+        raise bad[0].error
+    if notify:
+        scorer.notify = notify
+    for item in bad if warn else ():
+        warn(f"skipping: {item.error}")
+    score_chunks = None
+    if ray is not None:
+        if engine is not None:
+            raise UsageError("--engine ray runs local judges; it does not combine with --judge-url")
+        score_chunks = ray.chunk_scorer(metric, model, options, cache)
+    elif len(bad) < len(items):
+        scorer.load()  # now: a bad --model fails before OUTPUT is touched
+    started = time.perf_counter()
+    with progress(len(items)) if progress else nullcontext() as bar:
+        report = run_bulk(
+            items,
+            scorer,
+            output.record,
+            resume=resume,
+            chunk_size=chunk_size,
+            in_flight=in_flight,
+            fail_fast=fail_fast,
+            progress=bar.update if bar is not None else None,
+            score_chunks=score_chunks,
+        )
+    if output.record != output.path:
+        final = [to_mastra(r) for r in report.rows] if output_format == "mastra" else report.rows
+        if output.sharded:
+            for n, start in enumerate(range(0, len(final), shard_rows)):
+                write_rows(final[start : start + shard_rows], Path(output.path) / f"part-{n:05d}.{shard_format}")
+        else:
+            write_rows(final, output.path)
+    return FileRun(
+        report=report, scorer=scorer, output=output, bad_rows=len(bad), seconds=time.perf_counter() - started
+    )
+
+
+def compare_files(
+    paths: Sequence[str | os.PathLike],
+    *,
+    names: Sequence[str] | None = None,
+    by: str | None = None,
+    allow_mixed: bool = False,
+    resamples: int = 10000,
+    seed: int = 0,
+) -> tuple[dict, list[System]]:
+    """`sumscore compare`: (report, systems) from two or more OUTPUTs (files, or folders of shards), one per system."""
+    systems = []
+    for k, path in enumerate(paths):
+        path = Path(path)
+        files = sorted(f for f in path.iterdir() if f.suffix in RESULT_SUFFIXES) if path.is_dir() else [path]
+        if not files:
+            raise InputError(
+                f"is a folder with no {', '.join(RESULT_SUFFIXES)} shards", path=str(path), cause="not_results"
+            )
+        rows = [row for f in files for row in read_results(f)]
+        systems.append(system_from_rows(names[k] if names else path.name.split(".")[0] or str(path), rows, by))
+    if len({s.name for s in systems}) < len(systems):
+        raise UsageError(
+            "two RESULTS have the same name (" + ", ".join(s.name for s in systems) + "): tell them apart with --name"
+        )
+    return compare_systems(systems, allow_mixed=allow_mixed, resamples=resamples, seed=seed), systems
