@@ -27,22 +27,9 @@ from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
 
 # The bundled council rows, and the flags of tests/model/test_bulk_on_embedded_judge.py: Yes/No verdicts with decoded
 # reasons, so that a chunk takes seconds and a kill can land while the run is still going.
-ROWS = [
-    json.loads(line)
-    for line in (resources.files("offline_sumscore") / "examples" / "council.jsonl").read_text().splitlines()
-]
-CAPS = [
-    "--claims",
-    "sentences",
-    "--coverage",
-    "key_sentences",
-    "--key-sentences",
-    "2",
-    "--verdicts",
-    "yes-no",
-    "--max-reason-chars",
-    "60",
-]
+COUNCIL = resources.files("offline_sumscore") / "examples" / "council.jsonl"  # six council decisions
+ROWS = [json.loads(line) for line in COUNCIL.read_text().splitlines()]
+CAPS = "--claims sentences --coverage key_sentences --key-sentences 2 --verdicts yes-no --max-reason-chars 60".split()
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

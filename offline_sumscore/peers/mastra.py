@@ -32,6 +32,6 @@ def to_mastra(row: dict[str, Any]) -> dict[str, Any]:
             "coverage": [
                 {"question": q, "answered": v["answered"], "reason": v.get("reason", "")}
                 for q, v in zip(asked, row.get("coverage_verdicts") or [])
-            ],
+            ]
         },
     }

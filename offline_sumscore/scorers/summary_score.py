@@ -22,7 +22,7 @@ from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.arithmetic import join_contexts, summary_score
 from offline_sumscore.core.errors import UsageError, check_count
 from offline_sumscore.core.results import SummaryScoreResult
-from offline_sumscore.core.samples import Sample, check_text
+from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
@@ -109,15 +109,14 @@ class SummaryScore(ScorerBase):
         if (summary is None) == (response is None):
             raise UsageError("give the summary once: as summary or as response")
         text = join_contexts(source if source is not None else reference_contexts)
-        return Sample(
-            id=id if id is not None else "0",
-            source=check_text(text, "reference_contexts" if source is None else "source", row_id=id, python=True),
-            summary=check_text(
-                summary if summary is not None else response,
-                "response" if summary is None else "summary",
-                row_id=id,
-                python=True,
-            ),
+        return checked_sample(
+            id if id is not None else "0",
+            text,
+            summary if summary is not None else response,
+            source_field="reference_contexts" if source is None else "source",
+            summary_field="response" if summary is None else "summary",
+            error_id=id,
+            python=True,
         )
 
     def plan(self, sample: Sample) -> Plan:

@@ -34,7 +34,7 @@ from offline_sumscore.core.arithmetic import FLAVORS, two_axis_score
 from offline_sumscore.core.coverage_items import distinct_questions, key_sentences, summary_sentences
 from offline_sumscore.core.errors import Failure, JudgeOutputError, UsageError, check_count
 from offline_sumscore.core.results import SummarizationResult
-from offline_sumscore.core.samples import Sample, check_text
+from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
@@ -265,12 +265,14 @@ class SummarizationScorer(ScorerBase):
         if questions is not None and key_facts is not None:
             raise UsageError("give questions or key_facts, not both")
         # An error names the id only when the caller gave one; the result's id is then "0".
-        return Sample(
-            id=id if id is not None else "0",
-            source=check_text(source, "source", row_id=id, python=True),
-            summary=check_text(summary, "summary", row_id=id, python=True),
-            questions=tuple(questions) if questions is not None else None,
-            key_facts=tuple(key_facts) if key_facts is not None else None,
+        return checked_sample(
+            id if id is not None else "0",
+            source,
+            summary,
+            questions=questions,
+            key_facts=key_facts,
+            error_id=id,
+            python=True,
         )
 
     # -- the plan ---------------------------------------------------------------------------------------------

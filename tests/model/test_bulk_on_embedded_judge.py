@@ -21,24 +21,11 @@ from tests.unit.test_hostile_text import HOSTILE
 
 pytestmark = pytest.mark.model
 
-ROWS = [
-    json.loads(line)
-    for line in (resources.files("offline_sumscore") / "examples" / "council.jsonl").read_text().splitlines()
-]
+COUNCIL = resources.files("offline_sumscore") / "examples" / "council.jsonl"  # six council decisions
+ROWS = [json.loads(line) for line in COUNCIL.read_text().splitlines()]
 # Yes/No verdicts with decoded reasons: a chunk takes seconds (the embedded defaults decode nothing and take a
 # fraction of one), so a kill can land while the run is still going.
-CAPS = [
-    "--claims",
-    "sentences",
-    "--coverage",
-    "key_sentences",
-    "--key-sentences",
-    "2",
-    "--verdicts",
-    "yes-no",
-    "--max-reason-chars",
-    "60",
-]
+CAPS = "--claims sentences --coverage key_sentences --key-sentences 2 --verdicts yes-no --max-reason-chars 60".split()
 
 
 def sumscore(src, out, cache, *extra, wait=True):
@@ -129,8 +116,11 @@ def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, s
 
 def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
     samples = [
-        dict(r, key_facts=[re.search(r"Work will begin in \w+\.", r["source"]).group(), "Residents welcomed the plan."])
-        for i, r in enumerate(ROWS[:4])
+        dict(
+            r,
+            key_facts=[re.search(r"Work will begin in \w+", r["source"]).group() + ".", "Residents welcomed the plan."],
+        )
+        for r in ROWS[:4]
     ]
     runs = {}
     for batch_size in (1, 3, 64):

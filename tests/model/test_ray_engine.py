@@ -29,22 +29,8 @@ CAPS = {
     "verdicts": "yes-no",
     "max_reason_chars": 60,
 }
-FLAGS = [
-    "--claims",
-    "sentences",
-    "--coverage",
-    "key_sentences",
-    "--key-sentences",
-    "2",
-    "--verdicts",
-    "yes-no",
-    "--max-reason-chars",
-    "60",
-    "--no-cache",
-    "--chunk-size",
-    "2",
-    "--quiet",
-]
+FLAGS = "--claims sentences --coverage key_sentences --key-sentences 2 --verdicts yes-no --max-reason-chars 60".split()
+FLAGS += ["--no-cache", "--chunk-size", "2", "--quiet"]
 
 
 def split_probabilities(rows):
