@@ -85,6 +85,15 @@ def _scorer_options(metric: str, opts: dict) -> dict:
     return kwargs
 
 
+# Parameters whose flag is not their name with dashes: the served judge's keywords are prefixed on the command line.
+FLAG_OF = {"concurrency": "--judge-concurrency", "timeout": "--judge-timeout"}
+
+
+def _flag(parameter: str) -> str:
+    """The flag a user typed for a keyword parameter that an error names."""
+    return FLAG_OF.get(parameter, "--" + parameter.replace("_", "-"))
+
+
 def _table(metric: str, rows: list[dict], seconds: float) -> str:
     ok = [r for r in rows if r.get("error") is None]
     cols = ["score", "alignment", "coverage"] if metric == "two-axis" else ["score", "qa", "conciseness"]
@@ -431,9 +440,7 @@ def score(
         click.echo(f"warning: {exc}", err=True)
         sys.exit(EXIT_NO_ROWS)
     except SumscoreError as exc:  # a scorer names its parameter (batch_size); here the user typed a flag
-        raise InputProblem(
-            re.sub(r"^([a-z_]+) (?=must|should)", lambda m: f"--{m.group(1).replace('_', '-')} ", str(exc))
-        ) from None
+        raise InputProblem(re.sub(r"^([a-z_]+) (?=must|should)", lambda m: f"{_flag(m.group(1))} ", str(exc))) from None
     report = run.report
     click.echo(_table(metric, report.rows, run.seconds))
     scored_here = run.bad_rows < len(report.rows) and ray is None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from offline_sumscore.analysis.comparison import System, compare_systems, system_from_rows
-from offline_sumscore.core.errors import InputError, UsageError
+from offline_sumscore.core.errors import InputError, UsageError, check_count
 from offline_sumscore.core.samples import BadRow
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.io.outputs import output_kind, read_results, write_rows
@@ -108,6 +108,8 @@ def score_file(
     value has update(n), told of every finished row; notify(message) hears of sources judged in pieces, and
     warn(message) of every input row skipped as bad.
     Raises InputError (cause "no_rows") when INPUT holds no rows: OUTPUT is not written."""
+    for name, value in (("chunk_size", chunk_size), ("in_flight", in_flight), ("shard_rows", shard_rows)):
+        check_count(name, value)  # before the judge loads: a typo costs no model load
     options = dict(options or {})
     if scorer is not None and (ray is not None or options or model is not None):
         raise UsageError(

@@ -218,3 +218,21 @@ def test_a_resume_with_other_options_names_only_the_setting_that_differs(tmp_pat
         f"Error: {out} was written with other settings (max_questions was 3, now 4); "
         f"resume with the same options, or use a new -o"
     )
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (["--chunk-size", "0"], "--chunk-size must be an integer >= 1. Given: 0"),
+        (["--shard-rows", "0"], "--shard-rows must be an integer >= 1. Given: 0"),
+        (
+            ["--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "m", "--judge-concurrency", "0"],
+            "--judge-concurrency must be an integer >= 1. Given: 0",
+        ),
+    ],
+)
+def test_a_count_out_of_range_names_the_flag_typed_and_nothing_is_written(tmp_path, flags, said):
+    src = write_jsonl(tmp_path / "in.jsonl", [ROW])
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "out.jsonl"), *flags])
+    assert result.exit_code == 2 and said in result.output, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out.jsonl").exists()
