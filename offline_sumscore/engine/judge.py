@@ -209,9 +209,15 @@ def _pick_dtype(dtype: str, device: str) -> tuple[Any, str]:
     return torch.float32, "auto: float32 on CPU (half precision is slow and lossy there)"
 
 
+# Config entries that say where the model was loaded from, not what it is.
+LOCATION_KEYS = ("_name_or_path", "_commit_hash")
+
+
 def _identity(path: Path, config: dict) -> str:
     """A hash of the weights' metadata and the config: safetensors headers (names, shapes, dtypes, offsets) and
-    file sizes, or the GGUF header; never the weights' bytes, so it is cheap for an 8B model."""
+    file sizes, or the GGUF header; never the weights' bytes, so it is cheap for an 8B model. Not where the weights
+    lie: the same model moved or copied elsewhere is the same judge (its rows compare, its stage cache serves)."""
+    config = {k: v for k, v in config.items() if k not in LOCATION_KEYS}
     h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
     for f in files:

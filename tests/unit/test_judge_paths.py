@@ -71,3 +71,28 @@ def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its
     _, half, why = TransformersEngine._capacity(engine, None, None)
     assert whole == 65536 and half == 32768  # (10 + 6 GiB) / 2 for the cache, then halved again by the share
     assert "0.5 of it" in engine.free_memory
+
+
+def test_a_judges_identity_is_its_weights_and_config_not_where_they_lie(tmp_path):
+    """The same weights at two paths are one judge: rows scored from either compare, and the stage cache serves
+    both. Another config or another weights header is another judge."""
+    import json
+    import struct
+
+    from offline_sumscore.engine.judge import _identity
+
+    def model_dir(name: str, header: dict):
+        folder = tmp_path / name
+        folder.mkdir()
+        head = json.dumps(header).encode()
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + b"\0" * 8)
+        return folder
+
+    header = {"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
+    config = {"model_type": "llama", "hidden_size": 8}
+    here, there = model_dir("here", header), model_dir("there", header)
+    same_here = _identity(here, dict(config, _name_or_path=str(here)))
+    assert same_here == _identity(there, dict(config, _name_or_path=str(there)))
+    assert same_here != _identity(here, dict(config, hidden_size=16, _name_or_path=str(here)))
+    other = model_dir("other", {"w": {"dtype": "F16", "shape": [4], "data_offsets": [0, 8]}})
+    assert same_here != _identity(other, dict(config, _name_or_path=str(other)))
