@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offline_sumscore.core.durable import replace_file
-from offline_sumscore.core.errors import UsageError, check_count
+from offline_sumscore.core.errors import InputError, UsageError, check_count
 from offline_sumscore.core.results import FailedRow
-from offline_sumscore.core.samples import BadRow, Sample, source_hash
+from offline_sumscore.core.samples import BadRow, Sample, checked_sample, source_hash
 
 DEFAULT_CHUNK_SIZE = 32
 DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, few enough to keep the host queue short
@@ -125,6 +125,38 @@ class _StopRun(Exception):
 def score_samples(scorer, chunk: Chunk) -> list[dict]:
     samples = [item for item in chunk if isinstance(item, Sample)]
     return [r.to_dict() for r in scorer.score_many(samples, on_error="return")] if samples else []
+
+
+def score_table(
+    scorer,
+    ids: list[str],
+    sources: list,
+    summaries: list,
+    *,
+    source_field: str = "source",
+    summary_field: str = "summary",
+    numbered: bool = False,
+) -> list[dict]:
+    """One result row per table row (a DataFrame's, a Ray batch's), in order: each row's texts checked as a file's
+    are, so a bad row fails alone with its input error and never reaches the judge; the others scored together.
+    numbered: errors name the row's number from 1 as its line."""
+    samples, failed = [], {}
+    for i, row_id in enumerate(ids):
+        try:
+            samples.append(
+                checked_sample(
+                    row_id,
+                    sources[i],
+                    summaries[i],
+                    source_field=source_field,
+                    summary_field=summary_field,
+                    line=i + 1 if numbered else None,
+                )
+            )
+        except InputError as exc:
+            failed[i] = FailedRow.bad_input(exc, id=row_id, metric=scorer.metric).to_dict()
+    scored = iter(score_samples(scorer, samples))
+    return [failed[i] if i in failed else next(scored) for i in range(len(ids))]
 
 
 def chunk_rows(chunk: Chunk, results: list[dict], metric: str) -> list[dict]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from offline_sumscore.core.errors import InputError, UsageError
-from offline_sumscore.core.results import FailedRow
-from offline_sumscore.core.samples import checked_sample
+from offline_sumscore.core.errors import UsageError
+from offline_sumscore.runs.bulk import score_table
 from offline_sumscore.scorers import METRICS
 
 
@@ -29,23 +28,18 @@ def score_frame(
             raise UsageError(f"the DataFrame has no column {column!r}; it has {', '.join(map(str, df.columns))}")
     if scorer is None:
         scorer = METRICS[metric](**options)
-    samples, errors = [], {}
-    for n, (index, row) in enumerate(df.iterrows()):
-        row_id = str(row[id]) if id else str(index)
-        try:
-            samples.append(
-                checked_sample(
-                    row_id, row[source], row[summary], source_field=source, summary_field=summary, line=n + 1
-                )
-            )
-        except InputError as exc:
-            errors[n] = FailedRow.bad_input(exc, id=row_id, metric=scorer.metric).to_dict()
-    results = iter(scorer.score_many(samples, on_error="return"))
-    records = []
-    for n in range(len(df)):
-        record = errors[n] if n in errors else next(results).to_dict()
+    rows = [row for _, row in df.iterrows()]
+    records = score_table(
+        scorer,
+        [str(row[id]) if id else str(index) for index, row in zip(df.index, rows)],
+        [row[source] for row in rows],
+        [row[summary] for row in rows],
+        source_field=source,
+        summary_field=summary,
+        numbered=True,
+    )
+    for record in records:
         record.pop("id", None)
-        records.append(record)
     out = df.copy()
     columns = list(dict.fromkeys(k for r in records for k in r))
     for column in columns:

@@ -22,10 +22,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from offline_sumscore.core.errors import InputError, UsageError
-from offline_sumscore.core.results import FailedRow
-from offline_sumscore.core.samples import Sample, checked_sample
-from offline_sumscore.runs.bulk import ChunkScorer, chunk_rows, score_samples
+from offline_sumscore.core.errors import UsageError
+from offline_sumscore.core.samples import Sample
+from offline_sumscore.runs.bulk import ChunkScorer, chunk_rows, score_samples, score_table
 
 
 def require_ray():
@@ -194,18 +193,10 @@ def score_dataset(
         def __call__(self, batch: dict) -> dict:
             n = len(batch[source])
             ids = [str(batch[id][i]) if id in batch else str(i) for i in range(n)]
-            samples, failed = [], {}
-            for i in range(n):  # checked as a local run checks them: a bad row fails alone, never reaches the judge
-                try:
-                    samples.append(
-                        checked_sample(
-                            ids[i], batch[source][i], batch[summary][i], source_field=source, summary_field=summary
-                        )
-                    )
-                except InputError as exc:
-                    failed[i] = FailedRow.bad_input(exc, id=ids[i], metric=self.scorer.metric).to_dict()
-            scored = iter(score_samples(self.scorer, samples))
-            rows = [failed[i] if i in failed else next(scored) for i in range(n)]
+            # checked as a local run checks them: a bad row fails alone, never reaches the judge
+            rows = score_table(
+                self.scorer, ids, batch[source], batch[summary], source_field=source, summary_field=summary
+            )
             columns = sorted({key for r in rows for key in r})
             return {
                 c: [
