@@ -17,6 +17,7 @@ class Failure:
     CAP = "cap"  # the output reached its token cap before the JSON closed
     SCHEMA = "schema"  # the output does not parse into the stage's schema
     CONTEXT = "context"  # the prompt leaves no room in the judge's context
+    MEMORY = "memory"  # out of memory even alone, on a batch of one row
     MODEL = "model"  # the engine or the model failed: an exception in the call, NaN logits, a server error
     REJECTED = "rejected"  # a served judge refused the request (its structured-output mode, say)
     BOUND = "bound"  # a list still reached its safety bound after it was drawn again from halves of the text

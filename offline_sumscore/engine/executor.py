@@ -366,7 +366,7 @@ class TransformersEngine:
         self._release_memory()
         if not scheduler.preempt(batch):
             for row in batch.live:
-                row.fail("memory", OOM_ALONE)
+                row.fail(Failure.MEMORY, OOM_ALONE)
             batch.clear()
 
     def _release_memory(self) -> None:
@@ -405,7 +405,7 @@ class TransformersEngine:
                 return
             else:
                 for row in chosen[0].rows:
-                    row.fail("memory", OOM_ALONE)
+                    row.fail(Failure.MEMORY, OOM_ALONE)
                 return
 
     def _slots(self, rows: int) -> KVSlots:
@@ -665,7 +665,7 @@ class TransformersEngine:
         self.stats.oom_splits += 1
         self._release_memory()
         if len(batch) == 1:
-            batch[0].fail("memory", OOM_ALONE)
+            batch[0].fail(Failure.MEMORY, OOM_ALONE)
             return
         half = len(batch) // 2
         self._likelihood_batch(batch[:half], prefix)
