@@ -15,5 +15,5 @@ py=$("$IMAGE/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.vers
 bash benchmarks/gpu_wheels.sh "$py" .gpu/whl-rehearsal
 rm -rf /tmp/site-rehearsal
 time PYTHON=$IMAGE/bin/python WHEELS=.gpu/whl-rehearsal OUT=$PWD/.gpu/rehearsal SITE=/tmp/site-rehearsal \
-  LADDER_SECONDS=540 bash benchmarks/gpu_check.sh --allow-cpu --layers 1 --samples 4 --questions 2 \
+  LADDER_SECONDS=540 bash benchmarks/gpu_check.sh --allow-cpu --dtype bfloat16 --layers 1 --samples 4 --questions 2 \
   --rungs 7,0,5,6 --shared-rungs 7,0 --shared-docs 2 --per-doc 3 "$@"

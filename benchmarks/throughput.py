@@ -163,7 +163,8 @@ class OutlinesEngine:
 # -- the machine's peaks ---------------------------------------------------------------------------------------
 def measure_peaks(device: torch.device, dtype: torch.dtype) -> dict:
     """Best-of-3 matmul FLOP/s and copy bytes/s on this device, in the judge's dtype."""
-    n = 4096 if device.type == "cuda" else 1024
+    # On a CPU without bfloat16 units a bfloat16 matmul is emulated: a smaller one measures the same peak.
+    n = 4096 if device.type == "cuda" else 1024 if dtype == torch.float32 else 256
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     big = torch.empty(int(2**30 if device.type == "cuda" else 2**28) // 4, device=device, dtype=torch.float32)
 
@@ -286,6 +287,7 @@ def load(
     layers: int = 32,
     allow_cpu: bool = False,
     vocab: int = 128256,
+    dtype: str | None = None,
 ):
     from offline_sumscore.engine.judge import Judge, load_judge, models_root
 
@@ -312,7 +314,7 @@ def load(
         num_hidden_layers=layers,
         num_attention_heads=32,
         num_key_value_heads=8,
-        vocab_size=max(128256, len(tokenizer)),
+        vocab_size=max(128256, len(tokenizer)) if vocab else len(tokenizer),  # --vocab 0: the tokenizer's own
         max_position_embeddings=8192,
         rope_theta=500000.0,
         tie_word_embeddings=False,
@@ -320,11 +322,14 @@ def load(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    torch.manual_seed(0)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device(device):
+    # bfloat16 as on the GPU; a CPU check runs float32 unless told otherwise: without bfloat16 units the CPU
+    # emulates it, and one forward pass of the one-layer model took seconds.
+    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    torch.set_default_dtype(getattr(torch, dtype))
+    with torch.device(device), _no_init_weights():
         hf_model = LlamaForCausalLM(cfg)
     torch.set_default_dtype(torch.float32)
+    random_weights(hf_model)
     hf_model.eval()
     hf_model.generation_config.eos_token_id = tokenizer.eos_token_id
     return Judge(
@@ -333,7 +338,7 @@ def load(
         name=f"random-llama-3.1-8b-geometry-{layers}-layers",
         path="(random)",
         device=device,
-        dtype="bfloat16",
+        dtype=dtype,
         identity="random",
         context_length=8192,
         decisions={
@@ -342,6 +347,33 @@ def load(
             f"{len(tokenizer)} (grammar masks span them all); a {cfg.vocab_size}-row head"
         },
     )
+
+
+def _no_init_weights():
+    """transformers' switch that leaves weights uninitialised (random_weights fills them): its home moved in 5.x."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:
+        from transformers.modeling_utils import no_init_weights
+    return no_init_weights()
+
+
+def random_weights(model, std: float = 0.02, period: int = 65521) -> None:
+    """Every matrix filled with one seeded block of normal(0, std) values, tiled (the block's length is prime, so
+    rows do not repeat in step). Throughput does not depend on the values, only on their being finite; drawing
+    a normal value for each of an 8B geometry's weights on a CPU took minutes (a one-layer model with Llama-3's
+    128k-token embedding and head: over 3 minutes on the 2-core machine), a tiled copy takes about a second.
+    Vectors (the norms' weights) keep the ones they were built with."""
+    block = torch.randn(period, generator=torch.Generator().manual_seed(0)) * std
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() < 2:
+                continue
+            flat = param.view(-1)
+            tile = block.to(device=param.device, dtype=param.dtype)
+            whole = flat.numel() // period
+            flat[: whole * period].view(whole, period).copy_(tile.expand(whole, period))
+            flat[whole * period :] = tile[: flat.numel() - whole * period]
 
 
 def main() -> None:
@@ -366,7 +398,13 @@ def main() -> None:
         "--vocab",
         type=int,
         default=128256,
-        help="gpu config: pad the tokenizer to this many tokens (Llama-3's 128256; 0 keeps its own)",
+        help="gpu config: pad the tokenizer and the head to this many tokens (Llama-3's 128256; 0: the tokenizer's)",
+    )
+    ap.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default=None,
+        help="gpu config: the random model's dtype (default: bfloat16 on CUDA, float32 with --allow-cpu)",
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -379,7 +417,7 @@ def main() -> None:
         cfg["shared_docs"] = args.shared_docs
     if args.per_doc:
         cfg["per_doc"] = args.per_doc
-    judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu, args.vocab)
+    judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu, args.vocab, args.dtype)
     peaks = measure_peaks(judge.model.device, judge.model.dtype)
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
     caps = dict(
