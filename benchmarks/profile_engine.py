@@ -6,8 +6,9 @@ Each engine scores the same frozen inputs as benchmarks/throughput.py (6 samples
 something to decode) once untimed (warm-up) and once under the profiler. Operator self time is summed into
 categories: matmuls (the weights), attention, KV cache copies (cat, index, copy: merging, forking and compacting
 rows), grammar masks (llguidance's fill and the unpacking of its bitmask, timed around the call), and the rest of
-the wall time, which is Python and everything the profiler does not see as an operator. Writes
-benchmarks/results/profile_cpu.{md,json}.
+the wall time, which is Python and everything the profiler does not see as an operator. A third run of each engine,
+without the profiler, times every forward pass by its caller (prefill, decoding step, likelihood) and counts its
+slots (rows x width) against its real tokens. Writes benchmarks/results/profile_cpu.{md,json}.
 """
 
 from __future__ import annotations
@@ -103,6 +104,60 @@ def profile(judge, make_engine, inputs, caps) -> dict:
     }
 
 
+def passes(judge, make_engine, inputs, caps) -> dict:
+    """One more run, without the profiler (it slows small operators), timing every forward pass by where it was
+    called from: a prefill (an admission's prefix and prompt passes), a decoding step, or a likelihood pass. A pass's
+    slots are rows x width, holes included; its real tokens are the mask's ones."""
+    engine = make_engine()
+    phase = ["other"]
+    log: list[dict] = []
+    run_pass = engine._pass
+
+    def timed_pass(slots, ids, new_mask, positions, commit=True):
+        started = time.perf_counter()
+        out = run_pass(slots, ids, new_mask, positions, commit)
+        log.append(
+            {
+                "phase": phase[0],
+                "rows": int(ids.shape[0]),
+                "width": int(ids.shape[1]),
+                "real": int(new_mask.sum()),
+                "s": time.perf_counter() - started,
+            }
+        )
+        return out
+
+    def in_phase(name, method):
+        def call(*args, **kwargs):
+            phase[0] = name
+            try:
+                return method(*args, **kwargs)
+            finally:
+                phase[0] = "other"
+
+        return call
+
+    engine._pass = timed_pass
+    engine._prefill = in_phase("prefill", engine._prefill)
+    engine._step = in_phase("decoding step", engine._step)
+    engine._likelihood_pass = in_phase("likelihood", engine._likelihood_pass)
+    started = time.perf_counter()
+    SummarizationScorer(engine=engine, **caps).score_many(inputs, on_error="return")
+    wall = time.perf_counter() - started
+    by_phase = {}
+    for name in ("prefill", "decoding step", "likelihood"):
+        mine = [p for p in log if p["phase"] == name]
+        if mine:
+            by_phase[name] = {
+                "passes": len(mine),
+                "s": sum(p["s"] for p in mine),
+                "slots": sum(p["rows"] * p["width"] for p in mine),
+                "real_tokens": sum(p["real"] for p in mine),
+                "mean_rows": sum(p["rows"] for p in mine) / len(mine),
+            }
+    return {"wall_s": wall, "outside_passes_s": wall - sum(p["s"] for p in log), "phases": by_phase, "log": log}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -123,6 +178,8 @@ def main() -> None:
         "rung 7 (the full engine)": lambda: TransformersEngine(judge),
     }
     report = {name: profile(judge, make, inputs, caps) for name, make in engines.items()}
+    for name, make in engines.items():
+        report[name]["passes"] = passes(judge, make, inputs, caps)
     labels = sorted({k for r in report.values() for k in r["seconds"]})
     lines = [
         "# Where the engine's time goes (torch.profiler, CPU)",
@@ -139,6 +196,27 @@ def main() -> None:
         lines.append(f"| {label} | " + " | ".join(f"{r['seconds'].get(label, 0):.1f}" for r in report.values()) + " |")
     for key in ("prefill_tokens", "stored_tokens", "decoded_tokens", "forced_tokens", "forward_passes"):
         lines.append(f"| {key} | " + " | ".join(str(r["stats"][key]) for r in report.values()) + " |")
+    lines += [
+        "",
+        "## Pass by pass",
+        "",
+        "Another run of each engine, without the profiler, timing every forward pass by its caller. Slots: rows x "
+        "width, holes included; real: the tokens the pass had to compute.",
+        "",
+        "| engine | wall s | phase | passes | s | s per pass | slots | real tokens | holes | mean rows |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in report.items():
+        timed = r["passes"]
+        for phase, f in timed["phases"].items():
+            lines.append(
+                f"| {name} | {timed['wall_s']:.1f} | {phase} | {f['passes']} | {f['s']:.1f} | "
+                f"{f['s'] / f['passes']:.3f} | {f['slots']} | {f['real_tokens']} | "
+                f"{1 - f['real_tokens'] / max(f['slots'], 1):.0%} | {f['mean_rows']:.1f} |"
+            )
+        lines.append(
+            f"| {name} | {timed['wall_s']:.1f} | outside the passes | | {timed['outside_passes_s']:.1f} | | | | | |"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "profile_cpu.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "profile_cpu.json").write_text(json.dumps(report, indent=1) + "\n")
