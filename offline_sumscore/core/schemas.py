@@ -18,10 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 _STRICT = ConfigDict(extra="forbid", strict=True)  # strict: "yes" is not a boolean here
 
 
-def _text(max_chars: int):
-    return (str, Field(min_length=1, max_length=max_chars))
-
-
 class TextOutput(BaseModel):
     """An output that is not JSON: it brings its own grammar (Lark syntax, as llguidance reads it) and parser.
 

@@ -68,17 +68,6 @@ class GrammarCompiler:
 
         return LLGuidanceLogitsProcessor(self.spec(grammar), self.llg_tokenizer, "torch")
 
-    def allocate_bitmask(self, rows: int):
-        import llguidance.torch
-
-        return llguidance.torch.allocate_token_bitmask(rows, self.vocab_size)
-
-    @staticmethod
-    def fill_bitmask(matcher, bitmask, row: int) -> None:
-        import llguidance.torch
-
-        llguidance.torch.fill_next_token_bitmask(matcher, bitmask, row)
-
     @staticmethod
     def fill_bitmasks(executor, matchers: list, bitmask) -> None:
         """Many rows' masks at once, in llguidance's threads: matchers is [(matcher, row), ...]."""

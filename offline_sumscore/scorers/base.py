@@ -87,14 +87,6 @@ class PlanFeed:
             self.tickets += 1
 
 
-def drive(engine: Engine, plans: Sequence[Plan], *, in_flight: int | None = None) -> list[Any]:
-    """Run every plan to completion through engine's stream. A plan that raises JudgeOutputError ends as that
-    exception in its slot; the other plans go on."""
-    outcomes: list[Any] = [None] * len(plans)
-    stream(engine, PlanFeed(plans, outcomes.__setitem__, in_flight or len(plans)))
-    return outcomes
-
-
 def require(result: StageResult, stages: dict[str, dict], key: str | None = None) -> Any:
     """The stage's parsed value, or a loud JudgeOutputError carrying the raw output. The audit is stored under
     key (default: the stage name; per-question stages use "coverage.0", "coverage.1", ...)."""
