@@ -9,12 +9,14 @@ and per question (the design a brought judge uses, with sentences instead of ato
 cannot write):
   0  naive loop: one prebuilt outlines Generator per grammar, one call per prompt
   1  outlines Generator.batch per stage (one call per grammar per wave)
-  2  our engine in waves: iteration-level batching across samples (every token decoded, nothing shared)
+  2  our engine in waves: iteration-level batching across samples (every token decoded, nothing shared; holes in a
+     pass computed like tokens, as in rungs 3 to 7a)
   3  + shared prefixes (source / summary prefilled once per wave, KV cache forked per request)
   4  + forced tokens (grammar-fixed text inserted in one forward pass, not decoded)
   5  + verdicts from logits (rows end when the grammar is complete; P(yes) read off the distribution)
   6  + one continuous stream (a sample's next wave joins the moment its own answers are in, not after the wave)
-  7  + the prefix store (prefixes kept across waves and samples: a source computed once per run; the full engine)
+  7a + the prefix store (prefixes kept across waves and samples: a source computed once per run)
+  7  + token packing (a pass's projections and MLPs run on its real tokens only, not its holes; the full engine)
   7b the full engine without reasons (include_reason=False): what a bulk run that needs only scores costs
   8  the embedded judge's own design (sentences, key sentences, likelihood verdicts) on the full engine: nothing
      decoded at all. Another workload, as 7b is: its verdicts are not comparable with rung 0's.
@@ -384,10 +386,12 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
     ap.add_argument(
         "--rungs",
-        default="7,0,1,2,3,4,5,6,7b,8",
+        default="7,0,1,2,3,4,5,6,7a,7b,8",
         help="in the order run: the full engine first, so a run cut short still has it",
     )
-    ap.add_argument("--shared-rungs", default="0,1,5,6,7", help="rungs run on the shared-source workload ('' for none)")
+    ap.add_argument(
+        "--shared-rungs", default="0,1,5,6,7a,7", help="rungs run on the shared-source workload ('' for none)"
+    )
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--questions", type=int, default=None)
     ap.add_argument("--shared-docs", type=int, default=None, help="shared workload: documents")
@@ -440,7 +444,9 @@ def main() -> None:
                 inputs[:1], on_error="return"
             )
 
-    wave = dict(continuous=False, prefix_store=False)  # rungs 2 to 5: the engine as it ran before the stream
+    # Rungs 2 to 7a: the engine without token packing, each adding its feature; rung 7 adds packing (the default).
+    unpacked = dict(token_packing=False)
+    wave = dict(continuous=False, prefix_store=False, **unpacked)  # rungs 2 to 5: the engine before the stream
     ladder = {
         "0": (
             "naive loop: outlines Generator per grammar, one call per prompt",
@@ -460,8 +466,9 @@ def main() -> None:
         ),
         "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False, **wave), caps),
         "5": ("+ verdicts from logits", lambda: TransformersEngine(judge, **wave), caps),
-        "6": ("+ one continuous stream", lambda: TransformersEngine(judge, prefix_store=False), caps),
-        "7": ("+ prefix store (the full engine)", lambda: TransformersEngine(judge), caps),
+        "6": ("+ one continuous stream", lambda: TransformersEngine(judge, prefix_store=False, **unpacked), caps),
+        "7a": ("+ prefix store", lambda: TransformersEngine(judge, **unpacked), caps),
+        "7": ("+ token packing (the full engine)", lambda: TransformersEngine(judge), caps),
         "7b": (
             "rung 7 without reasons (include_reason=False)",
             lambda: TransformersEngine(judge),

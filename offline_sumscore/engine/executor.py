@@ -10,7 +10,9 @@ One step of the loop:
 2. One forward pass over each row's pending tokens: the last sampled token plus any forced tokens the grammar
    fixes (the JSON skeleton), all inserted in this one pass instead of decoded one per step. Rows feed different
    numbers of tokens; shorter rows get masked holes after their tokens (never before: no query may attend to
-   nothing), and explicit position ids keep RoPE exact. Keys and values are written in place (kv_slots.py).
+   nothing), and explicit position ids keep RoPE exact. Keys and values are written in place (kv_slots.py). Where
+   holes are an eighth of the pass or more, its projections and MLPs run on the real tokens only
+   (token_packing.py), so a hole costs its share of attention, not a token's compute.
 3. While the device runs that pass, every row's grammar mask is filled on the CPU (in parallel threads) into one
    pinned bitmask, moved to the device once, unpacked and applied there.
 4. Greedy pick under the mask. Where the allowed tokens form a closed choice (true/false, "1"/"0"), P(yes) is
@@ -56,7 +58,9 @@ from offline_sumscore.engine.scheduler import (
     common_prefix,
     split_by_prefix,
 )
+from offline_sumscore.engine.token_packing import TokenPacking
 
+PACK_ABOVE = 8  # a pass whose holes are at least 1/PACK_ABOVE of its slots runs its dense layers packed
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
 OOM_ALONE = "out of memory even alone; use a shorter prompt or a larger device"
 
@@ -72,6 +76,7 @@ class EngineStats:
     skipped_forwards: int = 0  # rows finished without a forward pass (grammar complete)
     oom_splits: int = 0
     stored_tokens: int = 0  # prompt tokens whose keys and values came from the prefix store, not a forward pass
+    packed_passes: int = 0  # passes whose dense layers ran on the real tokens only (token_packing.py)
     nan_rows: int = 0  # rows failed because the judge's logits came out NaN (a poisoned pass, never a verdict)
     seconds: float = 0.0
 
@@ -92,6 +97,7 @@ class TransformersEngine:
         forced_tokens: bool = True,
         logit_verdicts: bool = True,
         prefix_store: bool = True,
+        token_packing: bool = True,
         continuous: bool = True,
         store_tokens: int | None = None,
         step_tokens: int | None = None,
@@ -134,6 +140,8 @@ class TransformersEngine:
         params = inspect.signature(judge.model.get_decoder().forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.stats = EngineStats()
+        packing = TokenPacking(judge.model) if token_packing else None
+        self.packing = packing if packing is not None and packing.available else None
         self._choice_masks: dict[tuple[str, str], tuple] = {}
         self._lock = threading.Lock()  # one run at a time on one model (ascore runs in threads)
         self._oom = (torch.OutOfMemoryError,) if hasattr(torch, "OutOfMemoryError") else (RuntimeError,)
@@ -204,6 +212,7 @@ class TransformersEngine:
             "logit_verdicts": self.logit_verdicts,
             "continuous": self.continuous,
             "prefix_store": self.store.budget if self.store is not None else None,
+            "token_packing": len(self.packing.sites) if self.packing is not None else None,
             "judge": self.judge.describe(),
         }
 
@@ -408,8 +417,10 @@ class TransformersEngine:
                     row.fail(Failure.MEMORY, OOM_ALONE)
                 return
 
-    def _slots(self, rows: int) -> KVSlots:
-        return KVSlots(self.judge.model.config, dtype=self.judge.model.dtype, device=self.device, rows=rows)
+    def _slots(self, rows: int, columns: int = 0) -> KVSlots:
+        return KVSlots(
+            self.judge.model.config, dtype=self.judge.model.dtype, device=self.device, rows=rows, columns=columns
+        )
 
     def _pass(self, slots: KVSlots, ids, new_mask, positions, commit: bool = True):
         """One forward pass of the decoder over new columns of the slots (ids, mask and positions: numpy arrays
@@ -420,8 +431,17 @@ class TransformersEngine:
         mask = slots.begin(new_mask, device[1])
         if self._bool_masks:
             mask = _attention_mask(mask, new_mask.shape[1])
+        real = new_mask.reshape(-1).nonzero()[0]
+        # Holes cost a whole token's compute in the dense layers unless they are packed out; packing costs a
+        # gather and a scatter per layer, so a pass with few holes runs dense.
+        packed = self.packing is not None and (new_mask.size - len(real)) * PACK_ABOVE >= new_mask.size
         try:
-            hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
+            if packed:
+                with self.packing.packed(self._to_device(torch.from_numpy(real))):
+                    hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
+                self.stats.packed_passes += 1
+            else:
+                hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
         except BaseException:
             slots.abort()
             raise
@@ -433,22 +453,25 @@ class TransformersEngine:
     def _to_device(self, tensor):
         return to_device(tensor, self.device)
 
-    def _stored_cache(self, prefixes: list[list[int]]) -> tuple[KVSlots, list[int]]:
-        """Slots holding, for each prefix, the keys and values of its longest stored part, right-aligned to a common
-        width, and each stored length. Nothing stored: slots of width 0."""
-        slots = self._slots(len(prefixes))
-        slots.add_rows(len(prefixes))
+    def _stored(self, prefixes: list[list[int]]) -> list[tuple[list | None, int]]:
+        """For each prefix, the keys and values of its longest stored part and that part's length (0: none)."""
         found = [self.store.lookup(p) if self.store is not None else (None, 0) for p in prefixes]
-        kept = [n if n >= MIN_SHARED_PREFIX else 0 for _, n in found]
-        kept = [min(n, len(p)) for n, p in zip(kept, prefixes)]
-        width = max(kept, default=0)
+        return [(kv, min(n, len(p)) if n >= MIN_SHARED_PREFIX else 0) for (kv, n), p in zip(found, prefixes)]
+
+    def _stored_cache(self, found: list[tuple[list | None, int]], rows: int, new_columns: int) -> KVSlots:
+        """Slots with one row per prefix holding its stored part (see _stored), right-aligned to a common width
+        (nothing stored: width 0). Allocated once, with room for `rows` rows and `new_columns` columns after the
+        stored ones: fresh memory is slow to touch on a CPU, and every growth copies what is there."""
+        width = max((n for _, n in found), default=0)
+        slots = self._slots(max(rows, len(found)), width + new_columns)
+        slots.add_rows(len(found))
         if width:
             slots.open_columns(width)
-            for i, ((kv, _), n) in enumerate(zip(found, kept)):
+            for i, (kv, n) in enumerate(found):
                 if n:
                     slots.write_row(i, kv, n)
-            self.stats.stored_tokens += sum(kept)
-        return slots, kept
+            self.stats.stored_tokens += sum(n for _, n in found)
+        return slots
 
     def _store(self, prefix: list[int], slots: KVSlots, row: int, columns: list[int]) -> None:
         """Copy one row's keys and values at the given window columns into the prefix store."""
@@ -463,9 +486,13 @@ class TransformersEngine:
         masked holes), then the slots forked into one row per request.
         joining: rows are running already, so the new rows' own prompt remainders get a pass of their own."""
         prefixes = [u.prefix for u in units]
-        slots, kept = self._stored_cache(prefixes)
-        width = slots.width
+        found = self._stored(prefixes)
+        kept = [n for _, n in found]
         rests = [p[n:] for p, n in zip(prefixes, kept)]
+        # Sized for this admission's passes before they run: the prefix pass, then the rows' own remainders.
+        own = max((r.feed_from - len(u.prefix) for u in units for r in u.rows), default=0) if joining else 0
+        slots = self._stored_cache(found, sum(len(u.rows) for u in units), max(map(len, rests)) + max(own, 0))
+        width = slots.width
         if max(len(r) for r in rests):
             # Holes come after each row's tokens, never before: every query row attends to at least its own token
             # (CUDA kernels can return NaN for a query row that may attend to nothing).
@@ -675,15 +702,16 @@ class TransformersEngine:
         import numpy as np
 
         now = time.perf_counter()
-        slots, (kept,) = self._stored_cache([prefix])
-        start = len(prefix)
+        found = self._stored([prefix])
+        kept, start = found[0][1], len(prefix)
+        rests = [r.prompt_ids[start:] for r in batch]
+        slots = self._stored_cache(found, len(batch), start - kept + max(map(len, rests)))
         if start > kept:
             self._pass(slots, *_holed([prefix[kept:]], [kept], self.pad_id))
             self.stats.prefill_tokens += start - kept
             self._store(prefix, slots, 0, list(range(start)))
         slots.select([0] * len(batch))
         # Right padding: the pads come after every real token, and attention is causal, so no real token sees one.
-        rests = [r.prompt_ids[start:] for r in batch]
         ids, mask, positions = _holed(rests, [start] * len(batch), self.pad_id)
         hidden = self._pass(slots, ids, np.ones_like(mask), positions)
         self.stats.prefill_tokens += sum(len(rest) for rest in rests)

@@ -199,7 +199,19 @@ class KVSlots(Cache):
         """Row i becomes old row index[i] (a fork repeats rows; a compaction keeps the live ones)."""
         n = len(index)
         self.reserve(n)
-        if self.width and n:
+        if self.width and n and _is_fork(index):
+            # Each source row copied into its own run of rows, the last run first: a run never starts before its
+            # source row, so no source is overwritten before it is read, and no temporary copy of the cache is made.
+            s, e = self.start, self.end
+            runs = _runs(index)
+            for src, a, b in reversed(runs):
+                a = max(a, src + 1) if a <= src < b else a
+                if a >= b:
+                    continue
+                for buf in self.key_buffers + self.value_buffers:
+                    buf[a:b, :, s:e] = buf[src : src + 1, :, s:e]
+                self.mask_buffer[a:b, s:e] = self.mask_buffer[src : src + 1, s:e]
+        elif self.width and n:
             at = to_device(torch.tensor(index, dtype=torch.long), self.device)
             for buf in self.key_buffers + self.value_buffers:
                 buf[:n, :, self.start : self.end] = buf[:, :, self.start : self.end].index_select(0, at)
@@ -253,6 +265,26 @@ class KVSlots(Cache):
         self.reserve(self.rows, n)
         self.mask_buffer[: self.rows, self.end : self.end + n] = 0
         self.end += n
+
+
+def _is_fork(index: list[int]) -> bool:
+    """Non-decreasing, each row at or after its source, every source row from 0 on kept (a fork of the rows)."""
+    return (
+        bool(index)
+        and index[0] == 0
+        and all(b - a in (0, 1) for a, b in zip(index, index[1:]))
+        and any(b == a for a, b in zip(index, index[1:]))
+    )
+
+
+def _runs(index: list[int]) -> list[tuple[int, int, int]]:
+    """(source row, first row, end) for each run of equal values."""
+    runs, a = [], 0
+    for k in range(1, len(index) + 1):
+        if k == len(index) or index[k] != index[a]:
+            runs.append((index[a], a, k))
+            a = k
+    return runs
 
 
 def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):

@@ -108,6 +108,12 @@ def test_shared_prefix_rows_equal_unshared_rows(judge, full):
     assert full[1].prefill_tokens < stats.prefill_tokens  # each source and summary prefix was computed once
 
 
+def test_packed_passes_equal_dense_passes(judge, full):
+    dense, stats = run(judge, token_packing=False)
+    same(full[0], dense)
+    assert full[1].packed_passes > 0 and stats.packed_passes == 0  # the holed passes really ran packed
+
+
 def test_forced_tokens_and_logit_verdicts_equal_token_by_token_decoding(judge, full):
     plain, stats = run(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False)
     same(full[0], plain)

@@ -77,6 +77,26 @@ def test_the_cache_grows_when_full_and_keeps_every_row():
     assert s.rows == 20 and torch.equal(s.layers[1].keys[19, :, :60], reference[0])
 
 
+@pytest.mark.parametrize("index", [[0, 0, 0, 1, 1, 2], [0, 1, 1, 1, 2, 2, 2], [0, 0, 1, 2, 2]])
+def test_a_fork_in_place_equals_a_gather_of_the_rows(index):
+    sources = max(index) + 1
+    forked, gathered = slots(sources), slots(sources)
+    for s in (forked, gathered):
+        write(s, [[1, 1, 1], [0, 1, 1], [1, 1, 0]][:sources])
+    forked.reserve(len(index))  # room already there: the fork runs in place, row runs from the last one back
+    buffer = forked.key_buffers[0].data_ptr()
+    forked.select(index)
+    at = torch.tensor(index)
+    expected = [k[:, :, gathered.start : gathered.end].index_select(0, at) for k in gathered.key_buffers]
+    assert forked.key_buffers[0].data_ptr() == buffer
+    assert all(
+        torch.equal(k[: len(index), :, forked.start : forked.end], e) for k, e in zip(forked.key_buffers, expected)
+    )
+    assert torch.equal(forked.mask, gathered.mask.index_select(0, at)) and forked.first == [
+        gathered.first[i] for i in index
+    ]
+
+
 @pytest.mark.parametrize("queries", [1, 3])
 def test_grouped_query_attention_equals_attention_over_repeated_keys(queries):
     torch.manual_seed(0)
