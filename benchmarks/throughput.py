@@ -595,9 +595,14 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
             flip_rate(done["0"], done[row["rung"]]) if "0" in done and row["rung"] not in ("7b", "8") else None
         )
     # One floor for the standard workload: the least work that gives the same verdicts, i.e. the token and pass
-    # counts of the rung that ran the fewest tokens. Every standard rung's time is set against it.
+    # counts of the rung that ran the fewest tokens per sample (rungs 0 and 1 may run fewer samples than the
+    # others). Every standard rung's time is set against it.
     standard = [r for r in rows if r["workload"] == "standard" and r["rung"] not in ("7b", "8")]
-    least = min(standard, key=lambda r: r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"], default=None)
+    least = min(
+        standard,
+        key=lambda r: (r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"]) / r["samples"],
+        default=None,
+    )
     floor_per_sample = None
     if least is not None:
         avg_context = least["prefill_tokens"] / max(1, least["samples"] * (2 + cfg["questions"]))
