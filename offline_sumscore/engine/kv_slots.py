@@ -211,6 +211,21 @@ class KVSlots(Cache):
                 for buf in self.key_buffers + self.value_buffers:
                     buf[a:b, :, s:e] = buf[src : src + 1, :, s:e]
                 self.mask_buffer[a:b, s:e] = self.mask_buffer[src : src + 1, s:e]
+        elif self.width and n and all(b > a for a, b in zip(index, index[1:])):
+            # A compaction: each run of kept rows moves up to its new place in blocks no longer than the distance
+            # it moves (a block never overlaps its source), with no temporary copy of the cache. Keys and values
+            # are moved only from the first column a kept row attends (the columns before it are masked for every
+            # kept row, and trim() drops them), the mask whole.
+            attended = [self.first[i] for i in index if self.first[i] is not None]
+            s, e = self.start + min(attended, default=0), self.end
+            for src, dst, length in _moves(index):
+                for k in range(0, length, src - dst):
+                    block = min(src - dst, length - k)
+                    for buf in self.key_buffers + self.value_buffers:
+                        buf[dst + k : dst + k + block, :, s:e] = buf[src + k : src + k + block, :, s:e]
+                    self.mask_buffer[dst + k : dst + k + block, self.start : e] = self.mask_buffer[
+                        src + k : src + k + block, self.start : e
+                    ]
         elif self.width and n:
             at = to_device(torch.tensor(index, dtype=torch.long), self.device)
             for buf in self.key_buffers + self.value_buffers:
@@ -285,6 +300,17 @@ def _runs(index: list[int]) -> list[tuple[int, int, int]]:
             runs.append((index[a], a, k))
             a = k
     return runs
+
+
+def _moves(index: list[int]) -> list[tuple[int, int, int]]:
+    """A strictly increasing index as (source row, new row, length) for each run of consecutive rows that moves."""
+    moves, a = [], 0
+    for k in range(1, len(index) + 1):
+        if k == len(index) or index[k] != index[k - 1] + 1:
+            if index[a] != a:
+                moves.append((index[a], a, k - a))
+            a = k
+    return moves
 
 
 def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):

@@ -97,6 +97,26 @@ def test_a_fork_in_place_equals_a_gather_of_the_rows(index):
     ]
 
 
+@pytest.mark.parametrize("keep", [[1, 2, 3, 4, 5, 6], [0, 2, 5, 6], [3, 4, 6], [0, 1, 2]])
+def test_a_compaction_in_place_equals_a_gather_of_the_kept_rows(keep):
+    moved, gathered = slots(7), slots(7)
+    mask = [[1] * 6, [0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [1] * 6, [0, 0, 0, 1, 1, 1], [1] * 6, [0, 1, 1, 1, 1, 1]]
+    for s in (moved, gathered):
+        write(s, mask)
+    at = torch.tensor(keep)
+    expected = [k[:, :, gathered.start : gathered.end].index_select(0, at) for k in gathered.key_buffers]
+    buffer = moved.key_buffers[0].data_ptr()
+    moved.select(keep)
+    cut = min(moved.first)
+    assert moved.key_buffers[0].data_ptr() == buffer
+    assert torch.equal(moved.mask, gathered.mask.index_select(0, at))
+    # every column a kept row can attend holds its keys (the ones before `cut` are masked for all, and trimmed)
+    for k, e in zip(moved.key_buffers, expected):
+        assert torch.equal(k[: len(keep), :, moved.start + cut : moved.end], e[:, :, cut:])
+    moved.trim()
+    assert moved.width == 6 - cut and all(torch.isfinite(k).all() for k in moved.key_buffers)
+
+
 @pytest.mark.parametrize("queries", [1, 3])
 def test_grouped_query_attention_equals_attention_over_repeated_keys(queries):
     torch.manual_seed(0)
