@@ -437,7 +437,7 @@ class TransformersEngine:
         packed = self.packing is not None and (new_mask.size - len(real)) * PACK_ABOVE >= new_mask.size
         try:
             if packed:
-                with self.packing.packed(self._to_device(torch.from_numpy(real))):
+                with self.packing.packed(self._to_device(torch.from_numpy(real)), new_mask.size):
                     hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
                 self.stats.packed_passes += 1
             else:

@@ -29,8 +29,12 @@ class _OnRealTokens(nn.Module):
         self.packing = packing
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        index = self.packing.index
-        lead = x.shape[:-1]
+        index, lead = self.packing.index, x.shape[:-1]
+        if lead.numel() != self.packing.grid:  # a layer fed some other shape: packing by grid position would be wrong
+            raise RuntimeError(
+                f"token packing: {type(self.inner).__name__} got {tuple(x.shape)}, not the pass's {self.packing.grid} "
+                "token slots; run this model with TransformersEngine(token_packing=False)"
+            )
         out = self.inner(x.reshape(-1, x.shape[-1]).index_select(0, index))
         grid = out.new_zeros((lead.numel(), out.shape[-1]))
         grid.index_copy_(0, index, out)
@@ -49,6 +53,7 @@ class TokenPacking:
 
     def __init__(self, model: nn.Module):
         self.index: torch.Tensor | None = None
+        self.grid = 0  # the open pass's rows x width
         # (parent, attribute, original module, packing module)
         self.sites: list[tuple[nn.Module, str, nn.Module, _OnRealTokens]] = []
         for layer in getattr(model.get_decoder(), "layers", []):
@@ -71,11 +76,12 @@ class TokenPacking:
         return bool(self.sites)
 
     @contextmanager
-    def packed(self, index: torch.Tensor):
-        """Within: the sites compute only the grid positions in index (a 1-D long tensor on the model's device).
+    def packed(self, index: torch.Tensor, grid: int):
+        """Within: the sites compute only the positions in index (a 1-D long tensor on the model's device) of a
+        pass's grid of `grid` token slots.
         Modules are swapped in the parents' module tables directly (nn.Module.__setattr__ costs microseconds a
         call, and a pass swaps a few hundred)."""
-        self.index = index
+        self.index, self.grid = index, grid
         for parent, name, _, packing in self.sites:
             parent._modules[name] = packing
         try:
@@ -83,4 +89,4 @@ class TokenPacking:
         finally:
             for parent, name, original, _ in self.sites:
                 parent._modules[name] = original
-            self.index = None
+            self.index, self.grid = None, 0

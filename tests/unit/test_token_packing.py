@@ -30,7 +30,7 @@ def test_a_packed_pass_equals_the_dense_pass_at_every_real_token(model):
     with torch.inference_mode():
         dense = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
         real = mask.reshape(-1).nonzero().squeeze(1)
-        with packing.packed(real):
+        with packing.packed(real, mask.numel()):
             packed = model.model(input_ids=ids, attention_mask=mask).last_hidden_state
     assert torch.allclose(packed[mask.bool()], dense[mask.bool()], atol=1e-5)
     # 2 layers x (the MLP as a whole + the four attention projections)
@@ -41,10 +41,18 @@ def test_the_model_is_unchanged_after_a_packed_pass_even_one_that_raises(model):
     before = [type(m).__name__ for m in model.modules()]
     packing = TokenPacking(model)
     with pytest.raises(RuntimeError, match="boom"):
-        with packing.packed(torch.tensor([0])):
+        with packing.packed(torch.tensor([0]), 1):
             assert any(type(m).__name__ == "_OnRealTokens" for m in model.modules())
             raise RuntimeError("boom")
     assert [type(m).__name__ for m in model.modules()] == before and packing.index is None
+
+
+def test_a_layer_fed_another_shape_than_the_pass_grid_fails_loudly(model):
+    packing = TokenPacking(model)
+    ids = torch.randint(0, 64, (2, 3))
+    with pytest.raises(RuntimeError, match="token_packing=False"):
+        with torch.inference_mode(), packing.packed(torch.tensor([0, 1, 2]), 4):  # the grid is 6 slots, not 4
+            model.model(input_ids=ids)
 
 
 def test_a_mixture_of_experts_block_is_not_packed_whole():
