@@ -75,7 +75,8 @@ def test_kill_9_then_resume_gives_every_row_once_and_a_cached_rerun_is_free(tmp_
     deadline = time.time() + 300
     while time.time() < deadline and not (out.exists() and out.read_bytes().count(b"\n") >= 2):
         time.sleep(0.2)
-    time.sleep(random.Random(os.getpid()).uniform(0, 3))
+    # A random moment within the next second: the last four rows take about four seconds on a 2-core machine.
+    time.sleep(random.Random(os.getpid()).uniform(0, 1))
     assert proc.poll() is None, "the run ended before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -97,8 +98,12 @@ def test_kill_9_then_resume_gives_every_row_once_and_a_cached_rerun_is_free(tmp_
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, sig, code, word):
+    # Twelve rows, the six and six more with other summaries (nothing for the stage cache to serve): rows are
+    # written in input order, so the first two can come late, and a run of six once finished before the signal
+    # landed; with twelve, at least ten rows are still to come.
+    rows = ROWS + [dict(r, id=f"{r['id']}-b", summary=r["summary"] + " The plan was approved.") for r in ROWS]
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out.jsonl"
     proc = sumscore(src, out, tmp_path / "cache.sqlite", wait=False)
     deadline = time.time() + 300
@@ -111,7 +116,7 @@ def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, s
     assert proc.returncode == code and "Traceback" not in text and "Aborted!" not in text
     assert f"{word}: {kept} rows kept in {out}; rerun the same command with --resume to finish" in text
     resumed = sumscore(src, out, tmp_path / "cache.sqlite", "--resume")
-    assert resumed.returncode == 0 and len(rows_of(out)) == len(ROWS)
+    assert resumed.returncode == 0 and len(rows_of(out)) == len(rows)
 
 
 def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
