@@ -48,8 +48,16 @@ def sumscore(src, out, cache, *extra, wait=True):
         *extra,
     ]
     if not wait:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_as_in_a_terminal
+        )
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _as_in_a_terminal():
+    """SIGINT as a foreground process gets it. A test run started in the background by a shell without job control
+    passes SIGINT down ignored, and Python then never raises KeyboardInterrupt, so Ctrl-C could not be tested."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def rows_of(path):
@@ -98,12 +106,8 @@ def test_kill_9_then_resume_gives_every_row_once_and_a_cached_rerun_is_free(tmp_
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, sig, code, word):
-    # Twelve rows, the six and six more with other summaries (nothing for the stage cache to serve): rows are
-    # written in input order, so the first two can come late, and a run of six once finished before the signal
-    # landed; with twelve, at least ten rows are still to come.
-    rows = ROWS + [dict(r, id=f"{r['id']}-b", summary=r["summary"] + " The plan was approved.") for r in ROWS]
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    src.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     out = tmp_path / "out.jsonl"
     proc = sumscore(src, out, tmp_path / "cache.sqlite", wait=False)
     deadline = time.time() + 300
@@ -116,7 +120,7 @@ def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, s
     assert proc.returncode == code and "Traceback" not in text and "Aborted!" not in text
     assert f"{word}: {kept} rows kept in {out}; rerun the same command with --resume to finish" in text
     resumed = sumscore(src, out, tmp_path / "cache.sqlite", "--resume")
-    assert resumed.returncode == 0 and len(rows_of(out)) == len(rows)
+    assert resumed.returncode == 0 and len(rows_of(out)) == len(ROWS)
 
 
 def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):
