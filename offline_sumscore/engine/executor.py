@@ -38,6 +38,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from offline_sumscore.core.errors import Failure, check_count
@@ -431,21 +432,21 @@ class TransformersEngine:
         mask = slots.begin(new_mask, device[1])
         if self._bool_masks:
             mask = _attention_mask(mask, new_mask.shape[1])
-        real = new_mask.reshape(-1).nonzero()[0]
         # Holes cost a whole token's compute in the dense layers unless they are packed out; packing costs a
         # gather and a scatter per layer, so a pass with few holes runs dense.
-        packed = self.packing is not None and (new_mask.size - len(real)) * PACK_ABOVE >= new_mask.size
+        packed = None
+        if self.packing is not None:
+            real = new_mask.reshape(-1).nonzero()[0]
+            if (new_mask.size - len(real)) * PACK_ABOVE >= new_mask.size:
+                packed = self.packing.packed(self._to_device(torch.from_numpy(real)), new_mask.size)
         try:
-            if packed:
-                with self.packing.packed(self._to_device(torch.from_numpy(real)), new_mask.size):
-                    hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
-                self.stats.packed_passes += 1
-            else:
+            with packed or nullcontext():
                 hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
         except BaseException:
             slots.abort()
             raise
         self.stats.forward_passes += 1
+        self.stats.packed_passes += packed is not None
         if commit:
             slots.commit()
         return hidden
@@ -489,9 +490,14 @@ class TransformersEngine:
         found = self._stored(prefixes)
         kept = [n for _, n in found]
         rests = [p[n:] for p, n in zip(prefixes, kept)]
+        rows = [row for unit in units for row in unit.rows]
+        starts = [len(unit.prefix) for unit in units for _ in unit.rows]
+        # Each row's own rest of the prompt (all but its last token), run in a second pass over the new rows only,
+        # so the running batch's steps feed one token (plus forced ones) per row instead of padding every row out
+        # to the longest prompt remainder.
+        own = [row.prompt_ids[start : row.feed_from] if joining else [] for row, start in zip(rows, starts)]
         # Sized for this admission's passes before they run: the prefix pass, then the rows' own remainders.
-        own = max((r.feed_from - len(u.prefix) for u in units for r in u.rows), default=0) if joining else 0
-        slots = self._stored_cache(found, sum(len(u.rows) for u in units), max(map(len, rests)) + max(own, 0))
+        slots = self._stored_cache(found, len(rows), max(map(len, rests)) + max(map(len, own)))
         width = slots.width
         if max(len(r) for r in rests):
             # Holes come after each row's tokens, never before: every query row attends to at least its own token
@@ -503,16 +509,10 @@ class TransformersEngine:
                     self._store(unit.prefix, slots, i, list(range(width - n, width + len(rest))))
         # Fork: row j of unit i reads unit i's cache.
         slots.select([i for i, u in enumerate(units) for _ in u.rows])
-        rows = [row for unit in units for row in unit.rows]
-        starts = [len(unit.prefix) for unit in units for _ in unit.rows]
-        # Each row's own rest of the prompt (all but its last token) in a second pass over the new rows only, so
-        # the running batch's steps feed one token (plus forced ones) per row instead of padding every row out to
-        # the longest prompt remainder.
-        rests = [row.prompt_ids[start : row.feed_from] if joining else [] for row, start in zip(rows, starts)]
-        if max(len(r) for r in rests):
-            self._pass(slots, *_holed(rests, starts, self.pad_id))
+        if max(map(len, own)):
+            self._pass(slots, *_holed(own, starts, self.pad_id))
         now = time.perf_counter()
-        for row, start, rest in zip(rows, starts, rests):
+        for row, start, rest in zip(rows, starts, own):
             row.pending = row.prompt_ids[start + len(rest) :]
             row.position = start + len(rest)
             self.stats.prefill_tokens += len(row.prompt_ids) - start  # the prompt's own part

@@ -206,11 +206,8 @@ class KVSlots(Cache):
             runs = _runs(index)
             for src, a, b in reversed(runs):
                 a = max(a, src + 1) if a <= src < b else a
-                if a >= b:
-                    continue
-                for buf in self.key_buffers + self.value_buffers:
-                    buf[a:b, :, s:e] = buf[src : src + 1, :, s:e]
-                self.mask_buffer[a:b, s:e] = self.mask_buffer[src : src + 1, s:e]
+                if a < b:
+                    self._copy_rows(slice(a, b), slice(src, src + 1), slice(s, e), slice(s, e))
         elif self.width and n and all(b > a for a, b in zip(index, index[1:])):
             # A compaction: each run of kept rows moves up to its new place in blocks no longer than the distance
             # it moves (a block never overlaps its source), with no temporary copy of the cache. Keys and values
@@ -221,11 +218,8 @@ class KVSlots(Cache):
             for src, dst, length in _moves(index):
                 for k in range(0, length, src - dst):
                     block = min(src - dst, length - k)
-                    for buf in self.key_buffers + self.value_buffers:
-                        buf[dst + k : dst + k + block, :, s:e] = buf[src + k : src + k + block, :, s:e]
-                    self.mask_buffer[dst + k : dst + k + block, self.start : e] = self.mask_buffer[
-                        src + k : src + k + block, self.start : e
-                    ]
+                    to, of = slice(dst + k, dst + k + block), slice(src + k, src + k + block)
+                    self._copy_rows(to, of, slice(s, e), slice(self.start, e))
         elif self.width and n:
             at = to_device(torch.tensor(index, dtype=torch.long), self.device)
             for buf in self.key_buffers + self.value_buffers:
@@ -233,6 +227,13 @@ class KVSlots(Cache):
             self.mask_buffer[:n, self.start : self.end] = self.mask_buffer[:, self.start : self.end].index_select(0, at)
         self.rows = n
         self.first = [self.first[i] for i in index]
+
+    def _copy_rows(self, to: slice, of: slice, kv_columns: slice, mask_columns: slice) -> None:
+        """Rows `of` into rows `to` (one source row broadcasts to many) in every layer's keys and values, and in
+        the mask. The two row ranges must not overlap (torch refuses a copy within overlapping memory)."""
+        for buf in self.key_buffers + self.value_buffers:
+            buf[to, :, kv_columns] = buf[of, :, kv_columns]
+        self.mask_buffer[to, mask_columns] = self.mask_buffer[of, mask_columns]
 
     def join(self, other: KVSlots) -> None:
         """Append other's rows; the narrower window is left-padded with masked columns."""
