@@ -2,6 +2,9 @@
 
     python benchmarks/throughput.py --config cpu      # embedded judge, 6 samples, 3 questions (about 10 min here)
     python benchmarks/throughput.py --config gpu --tokenizer DIR   # Llama-3.1-8B geometry, random bf16 weights
+    python benchmarks/throughput.py --config cpu --dtype bfloat16 --rungs 7,0 --shared-rungs ''
+        # the judge in bfloat16 on a CPU with AMX/AVX512-BF16: the batched engine gains, batch-1 decoding loses, and
+        # verdicts follow the batch shape (results/throughput_cpu_bfloat16.md: 23% flips against rung 0)
 
 Rungs 0 to 7b run the two-axis metric in a design every rung can run, with something to decode: the summary's
 sentences as claims, questions written by the judge (JSON), and one yes-no verdict with a decoded reason per claim
@@ -165,8 +168,9 @@ class OutlinesEngine:
 # -- the machine's peaks ---------------------------------------------------------------------------------------
 def measure_peaks(device: torch.device, dtype: torch.dtype) -> dict:
     """Best-of-3 matmul FLOP/s and copy bytes/s on this device, in the judge's dtype."""
-    # On a CPU without bfloat16 units a bfloat16 matmul is emulated: a smaller one measures the same peak.
-    n = 4096 if device.type == "cuda" else 1024 if dtype == torch.float32 else 256
+    # float16 on a CPU is mostly emulated: a smaller matmul measures the same peak. bfloat16 runs on AMX/AVX512-BF16
+    # units where the CPU has them, and needs the full size to reach its peak.
+    n = 4096 if device.type == "cuda" else 256 if dtype == torch.float16 else 1024
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     big = torch.empty(int(2**30 if device.type == "cuda" else 2**28) // 4, device=device, dtype=torch.float32)
 
@@ -294,7 +298,7 @@ def load(
     from offline_sumscore.engine.judge import Judge, load_judge, models_root
 
     if config == "cpu":
-        return load_judge(model)
+        return load_judge(model, dtype=dtype or "auto")
     # GPU: Llama-3.1-8B's geometry with random weights. Throughput does not depend on weight values.
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -408,7 +412,8 @@ def main() -> None:
         "--dtype",
         choices=["bfloat16", "float32"],
         default=None,
-        help="gpu config: the random model's dtype (default: bfloat16 on CUDA, float32 with --allow-cpu)",
+        help="the judge's dtype (default: the loader's auto on the cpu config, float32; the gpu config's random model: "
+        "bfloat16 on CUDA, float32 with --allow-cpu)",
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
