@@ -420,7 +420,12 @@ class TransformersEngine:
 
     def _slots(self, rows: int, columns: int = 0) -> KVSlots:
         return KVSlots(
-            self.judge.model.config, dtype=self.judge.model.dtype, device=self.device, rows=rows, columns=columns
+            self.judge.model.config,
+            dtype=self.judge.model.dtype,
+            device=self.device,
+            rows=rows,
+            columns=columns,
+            row_limit=self.max_rows,
         )
 
     def _pass(self, slots: KVSlots, ids, new_mask, positions, commit: bool = True):

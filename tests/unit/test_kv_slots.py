@@ -13,6 +13,19 @@ CONFIG = types.SimpleNamespace(
 )
 
 
+@pytest.fixture(autouse=True)
+def garbage_in_fresh_buffers(monkeypatch):
+    """Fresh buffers are uninitialised memory; here they are NaN, so any region that enters the window without
+    being zeroed or written shows up as a NaN (every test below runs so, and write() checks the whole window)."""
+    monkeypatch.setattr(
+        KVSlots, "_uninitialised", lambda self, shape: torch.full(shape, float("nan"), dtype=self.dtype)
+    )
+
+
+def finite_window(s):
+    return all(torch.isfinite(b[: s.rows, :, s.start : s.end]).all() for b in s.key_buffers + s.value_buffers)
+
+
 def slots(rows=0):
     s = KVSlots(CONFIG, dtype=torch.float32, device="cpu")
     s.add_rows(rows)
@@ -28,6 +41,7 @@ def write(s, mask):
     for layer in range(2):
         keys, values = s.update(new, new, layer)
     s.commit()
+    assert finite_window(s)
     return full, keys
 
 
@@ -114,7 +128,7 @@ def test_a_compaction_in_place_equals_a_gather_of_the_kept_rows(keep):
     for k, e in zip(moved.key_buffers, expected):
         assert torch.equal(k[: len(keep), :, moved.start + cut : moved.end], e[:, :, cut:])
     moved.trim()
-    assert moved.width == 6 - cut and all(torch.isfinite(k).all() for k in moved.key_buffers)
+    assert moved.width == 6 - cut and finite_window(moved)
 
 
 @pytest.mark.parametrize("queries", [1, 3])
@@ -128,3 +142,25 @@ def test_grouped_query_attention_equals_attention_over_repeated_keys(queries):
         q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=mask
     ).transpose(1, 2)
     assert torch.allclose(out, ref, atol=1e-6)
+
+
+def test_every_way_into_the_window_zeroes_or_writes_what_fresh_memory_held():
+    a, b = slots(1), slots(2)
+    write(a, [[1, 1]])
+    write(b, [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    a.join(b)  # a's row gains three columns on the left; b's rows land right-aligned
+    a.add_rows(2)  # rows with nothing attended yet
+    a.open_columns(3)  # stored prefixes are written into some rows only
+    a.write_row(3, [(torch.ones(1, 2, 3, 3), torch.ones(1, 2, 3, 3))] * 2, 3)
+    assert finite_window(a)
+    a.select([0, 1, 1, 2, 3, 4])  # a fork
+    a.select([1, 3, 5])  # a compaction
+    a.trim()
+    c = slots(1)
+    write(c, [[1] * 20])
+    a.join(c)  # wider than a: a's rows gain columns on the left, in the slack a reallocation left there
+    d = slots(1)
+    write(d, [[1, 1]])
+    a.join(d)  # narrower than a: its row is masked, and zeroed, left of its two columns
+    write(a, [[1], [1], [1], [1], [1]])
+    assert a.rows == 5 and finite_window(a)
