@@ -115,15 +115,15 @@ def passes(judge, make_engine, inputs, caps) -> dict:
     log: list[dict] = []
     run_pass = engine._pass
 
-    def timed_pass(slots, ids, new_mask, positions, commit=True):
+    def timed_pass(slots, feeds, starts, commit=True):
         started = time.perf_counter()
-        out = run_pass(slots, ids, new_mask, positions, commit)
+        out = run_pass(slots, feeds, starts, commit)
         log.append(
             {
                 "phase": phase[0],
-                "rows": int(ids.shape[0]),
-                "width": int(ids.shape[1]),
-                "real": int(new_mask.sum()),
+                "rows": sum(1 for f in feeds if f),
+                "width": max(map(len, feeds)),
+                "real": sum(map(len, feeds)),
                 "s": time.perf_counter() - started,
             }
         )
@@ -140,7 +140,7 @@ def passes(judge, make_engine, inputs, caps) -> dict:
         return call
 
     engine._pass = timed_pass
-    engine._prefill = in_phase("prefill", engine._prefill)
+    engine._place = in_phase("prefill", engine._place)
     engine._step = in_phase("decoding step", engine._step)
     engine._likelihood_pass = in_phase("likelihood", engine._likelihood_pass)
     started = time.perf_counter()

@@ -12,14 +12,15 @@ and per question (the design a brought judge uses, with sentences instead of ato
 cannot write):
   0  naive loop: one prebuilt outlines Generator per grammar, one call per prompt
   1  outlines Generator.batch per stage (one call per grammar per wave)
-  2  our engine in waves: iteration-level batching across samples (every token decoded, nothing shared; holes in a
-     pass computed like tokens, as in rungs 3 to 7a)
-  3  + shared prefixes (source / summary prefilled once per wave, KV cache forked per request)
+  2  our engine in waves: iteration-level batching across samples, in ragged passes (each row feeds only its own
+     tokens; every token decoded, nothing shared)
+  3  + shared prefixes (source / summary computed once per wave, its keys and values copied per request)
   4  + forced tokens (grammar-fixed text inserted in one forward pass, not decoded)
   5  + verdicts from logits (rows end when the grammar is complete; P(yes) read off the distribution)
   6  + one continuous stream (a sample's next wave joins the moment its own answers are in, not after the wave)
   7a + the prefix store (prefixes kept across waves and samples: a source computed once per run)
-  7  + token packing (a pass's projections and MLPs run on its real tokens only, not its holes; the full engine)
+  7  + n-gram drafts (tokens guessed from the prompt, the row's output and earlier outputs of its grammar, checked
+     in the same pass: speculative decoding without a draft model; the full engine)
   7b the full engine without reasons (include_reason=False): what a bulk run that needs only scores costs
   8  the embedded judge's own design (sentences, key sentences, likelihood verdicts) on the full engine: nothing
      decoded at all. Another workload, as 7b is: its verdicts are not comparable with rung 0's.
@@ -449,9 +450,9 @@ def main() -> None:
                 inputs[:1], on_error="return"
             )
 
-    # Rungs 2 to 7a: the engine without token packing, each adding its feature; rung 7 adds packing (the default).
-    unpacked = dict(token_packing=False)
-    wave = dict(continuous=False, prefix_store=False, **unpacked)  # rungs 2 to 5: the engine before the stream
+    # Rungs 2 to 7a: the engine without drafts, each adding its feature; rung 7 adds drafts (the default).
+    undrafted = dict(drafts=False)
+    wave = dict(continuous=False, prefix_store=False, **undrafted)  # rungs 2 to 5: the engine before the stream
     ladder = {
         "0": (
             "naive loop: outlines Generator per grammar, one call per prompt",
@@ -471,9 +472,9 @@ def main() -> None:
         ),
         "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False, **wave), caps),
         "5": ("+ verdicts from logits", lambda: TransformersEngine(judge, **wave), caps),
-        "6": ("+ one continuous stream", lambda: TransformersEngine(judge, prefix_store=False, **unpacked), caps),
-        "7a": ("+ prefix store", lambda: TransformersEngine(judge, **unpacked), caps),
-        "7": ("+ token packing (the full engine)", lambda: TransformersEngine(judge), caps),
+        "6": ("+ one continuous stream", lambda: TransformersEngine(judge, prefix_store=False, **undrafted), caps),
+        "7a": ("+ prefix store", lambda: TransformersEngine(judge, **undrafted), caps),
+        "7": ("+ n-gram drafts (the full engine)", lambda: TransformersEngine(judge), caps),
         "7b": (
             "rung 7 without reasons (include_reason=False)",
             lambda: TransformersEngine(judge),

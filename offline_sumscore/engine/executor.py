@@ -2,33 +2,34 @@
 
 One step of the loop:
 1. Admit waiting work while the token budget allows (iteration-level batching: finished rows leave after every
-   step and waiting rows join, so one long generation never holds a whole batch). Work is admitted as units:
-   requests that share a long token prefix, whichever sample they come from (a source checked against every
-   claim of every summary of it, or a summary against every coverage item), form one unit whose prefix is
-   prefilled once and whose KV cache is forked into one row per request. Units are sorted longest first, so an
-   out-of-memory error comes early.
-2. One forward pass over each row's pending tokens: the last sampled token plus any forced tokens the grammar
-   fixes (the JSON skeleton), all inserted in this one pass instead of decoded one per step. Rows feed different
-   numbers of tokens; shorter rows get masked holes after their tokens (never before: no query may attend to
-   nothing), and explicit position ids keep RoPE exact. Keys and values are written in place (kv_slots.py). Where
-   holes are an eighth of the pass or more, its projections and MLPs run on the real tokens only
-   (token_packing.py), so a hole costs its share of attention, not a token's compute.
-3. While the device runs that pass, every row's grammar mask is filled on the CPU (in parallel threads) into one
-   pinned bitmask, moved to the device once, unpacked and applied there.
-4. Greedy pick under the mask. Where the allowed tokens form a closed choice (true/false, "1"/"0"), P(yes) is
-   read from the same distribution and kept as a soft score; picks and P(yes) come back in one transfer. Only
-   then does the step change anything (slots, rows), so an error anywhere in it leaves the batch as it was.
+   step and waiting rows take their KV slots, so one long generation never holds a whole batch). Work is admitted
+   as units: requests that share a long token prefix, whichever sample they come from (a source checked against
+   every claim of every summary of it, or a summary against every coverage item), form one unit whose prefix is
+   computed once, in one row, and copied into the others' slots. A prefix found in the prefix store is copied from
+   there instead. What is left of each row's prompt rides in the next step, beside the running rows' tokens.
+2. One forward pass over every row's pending tokens: a prompt's remainder, or the last sampled token plus any
+   forced tokens the grammar fixes (the JSON skeleton, inserted in this pass instead of decoded one per step),
+   plus a draft: tokens guessed by n-gram lookup (drafts.py), checked in the same pass. The pass is ragged: the
+   rows' tokens go through the model as one flat sequence, each attending its own row (kv_slots.py), so rows of
+   different lengths cost their own tokens and no padding; explicit position ids keep RoPE exact.
+3. While the device runs that pass, the grammar mask of every position that will be read (after each row's
+   pending tokens and after each of its draft tokens) is filled on the CPU, in parallel threads, into one pinned
+   bitmask, moved to the device once, unpacked and applied there.
+4. Greedy pick under the mask at each read position. Where the allowed tokens form a closed choice (true/false,
+   "1"/"0"), P(yes) is read from the same distribution and kept as a soft score; picks and P(yes) come back in one
+   transfer. A row keeps its draft up to the first token its own pick disagrees with, and that pick: exactly what
+   decoding one token per step would give. Only then does the step change anything (slots, rows), so an error
+   anywhere in it leaves the batch as it was.
 5. A row whose grammar is complete ends as its last token goes in, without another pass (a verdict-only row costs
    exactly the pass that reads its verdict). Rows that hit their token cap fail with their raw text kept; NaN
    logits fail the row; nothing is ever guessed.
 Likelihood requests (StageRequest.continuation) generate nothing, so they skip the loop (_score_likelihoods): the
-prefix a group of them shares is prefilled once, its cache is expanded to the group's rows, every row's remainder
-(the end of its prompt and its continuation) runs in one right-padded pass, and the log-probability of each
-continuation token is read at the position before it. Right padding needs no holes: the pads come after every
-real token, and attention is causal.
+prefix a group of them shares is computed once and copied to the group's rows, every row's remainder (the end of
+its prompt and its continuation) runs in one ragged pass, and the log-probability of each continuation token is
+read at the position before it.
 
-Features can be turned off one by one (shared_prefix, forced_tokens, logit_verdicts) for the benchmark ladder
-and for tests that check each against the plain path.
+Features can be turned off one by one (shared_prefix, forced_tokens, logit_verdicts, prefix_store, drafts) for the
+benchmark ladder and for tests that check each against the plain path.
 """
 
 from __future__ import annotations
@@ -38,13 +39,13 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 from offline_sumscore.core.errors import Failure, check_count
 from offline_sumscore.core.schemas import Likelihood, max_json_chars, parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import Feed, ListFeed
+from offline_sumscore.engine.drafts import DraftHistory, NgramIndex, propose
 from offline_sumscore.engine.grammar import BACKEND, GrammarCompiler
 from offline_sumscore.engine.judge import Judge
 from offline_sumscore.engine.kv_slots import KVSlots, register_attention, to_device
@@ -59,11 +60,25 @@ from offline_sumscore.engine.scheduler import (
     common_prefix,
     split_by_prefix,
 )
-from offline_sumscore.engine.token_packing import TokenPacking
 
-PACK_ABOVE = 8  # a pass whose holes are at least 1/PACK_ABOVE of its slots runs its dense layers packed
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
 OOM_ALONE = "out of memory even alone; use a shorter prompt or a larger device"
+
+
+@dataclass
+class Draft:
+    """A row's guessed continuation as fitted to its grammar: tokens, which of them the grammar forces (inserted
+    unread, as _take_forced inserts them), and whether the grammar is complete after the last."""
+
+    tokens: list[int]
+    forced: list[bool]
+    stopped: bool
+
+    def read_points(self) -> list[int]:
+        """m >= 1 where the judge's pick is read after m draft tokens: before each guessed (not forced) token, and
+        after the last unless the grammar is complete there."""
+        n = len(self.tokens)
+        return [m for m in range(1, n) if not self.forced[m]] + ([n] if n and not self.stopped else [])
 
 
 @dataclass
@@ -77,7 +92,8 @@ class EngineStats:
     skipped_forwards: int = 0  # rows finished without a forward pass (grammar complete)
     oom_splits: int = 0
     stored_tokens: int = 0  # prompt tokens whose keys and values came from the prefix store, not a forward pass
-    packed_passes: int = 0  # passes whose dense layers ran on the real tokens only (token_packing.py)
+    draft_tokens: int = 0  # guessed tokens fed after rows' pending tokens (drafts.py)
+    accepted_draft_tokens: int = 0  # of those, the ones the judge's own picks agreed with (kept)
     nan_rows: int = 0  # rows failed because the judge's logits came out NaN (a poisoned pass, never a verdict)
     seconds: float = 0.0
 
@@ -98,11 +114,12 @@ class TransformersEngine:
         forced_tokens: bool = True,
         logit_verdicts: bool = True,
         prefix_store: bool = True,
-        token_packing: bool = True,
         continuous: bool = True,
         store_tokens: int | None = None,
-        step_tokens: int | None = None,
         device_share: float = 1.0,
+        drafts: bool = True,
+        draft_tokens: int | None = None,
+        draft_budget: int | None = None,
     ):
         import torch
 
@@ -119,11 +136,14 @@ class TransformersEngine:
                 f"device_share must be in (0, 1]: the share of the device this engine may fill. Given: {device_share}"
             )
         self.device_share = device_share
-        # Padding slots a forward pass may carry: a pass reads every weight once, so up to about this many extra
-        # token slots ride along nearly free. Estimated, not measured: on the 2-core CPU with the 135M judge a pass
-        # reads 425 MB (~60 ms at 7 GB/s) and one token costs ~3 ms of compute, so about 16; an 8B model on an
-        # H200 reads 16 GB (~3 ms) against ~0.02 ms per token, so a few hundred.
-        self.step_tokens = step_tokens or (256 if judge.model.device.type == "cuda" else 16)
+        # Speculative decoding from n-gram drafts (drafts.py): up to draft_tokens guessed tokens a row, and
+        # draft_budget a pass. A guessed token costs a token's compute whether it is kept or not: about 1.5 ms on
+        # the 2-core CPU, where a pass costs about 45 ms before its tokens; on a GPU a pass reads every weight
+        # once and a few hundred tokens ride along.
+        gpu = judge.model.device.type == "cuda"
+        self.draft_tokens = (draft_tokens or 8) if drafts else 0
+        self.draft_budget = draft_budget or (1024 if gpu else 64)
+        self.history = DraftHistory()  # finished outputs per grammar, the drafts' second source
         tok = judge.tokenizer
         gen = judge.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else tok.eos_token_id
@@ -141,23 +161,17 @@ class TransformersEngine:
         params = inspect.signature(judge.model.get_decoder().forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.stats = EngineStats()
-        packing = TokenPacking(judge.model) if token_packing else None
-        self.packing = packing if packing is not None and packing.available else None
         self._choice_masks: dict[tuple[str, str], tuple] = {}
         self._lock = threading.Lock()  # one run at a time on one model (ascore runs in threads)
         self._oom = (torch.OutOfMemoryError,) if hasattr(torch, "OutOfMemoryError") else (RuntimeError,)
         self._admit_below: int | None = None  # after an admission ran out of memory: wait until fewer rows run
-        # Grouped-query models: attention that stacks a group's query heads instead of copying the keys and values
-        # once per head (transformers' SDPA path copies them whenever a mask is given and a step feeds 2+ tokens).
-        config = judge.model.config
-        if getattr(config, "_attn_implementation", None) == "sdpa":
-            judge.model.set_attn_implementation(register_attention())
-        self.attention = getattr(config, "_attn_implementation", None)
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
-        # Attention that takes SDPA's boolean masks gets a 4D mask built here (see _attention_mask); any other
-        # (flash attention, eager) gets the 2D mask and builds its own.
-        self._bool_masks = ALL_MASK_ATTENTION_FUNCTIONS._global_mapping.get(self.attention) is sdpa_mask
+        # Ragged passes attend with ours (kv_slots.ragged_attention), whatever the model was loaded with: plain
+        # causal attention over grouped-query heads. A model whose attention is more than that is refused here.
+        check_plain_attention(judge.model.config)
+        self.loaded_attention = getattr(judge.model.config, "_attn_implementation", None)
+        judge.model.set_attn_implementation(register_attention())
+        self.attention = judge.model.config._attn_implementation
+        self._no_mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=self.device)  # a pass's masks are its own
         import llguidance
 
         self._executor = llguidance.LLExecutor()  # fills the rows' grammar masks in parallel threads
@@ -204,16 +218,16 @@ class TransformersEngine:
             "max_rows": self.max_rows,
             "token_budget": self.token_budget,
             "capacity": self.capacity_reason,
-            "step_tokens": self.step_tokens,
             "device_share": self.device_share,
-            "attention": self.attention,
+            "attention": self.attention,  # ragged passes attend with ours, whatever the model was loaded with
+            "loaded_attention": self.loaded_attention,
             "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
             "shared_prefix": self.shared_prefix,
             "forced_tokens": self.forced_tokens,
             "logit_verdicts": self.logit_verdicts,
             "continuous": self.continuous,
             "prefix_store": self.store.budget if self.store is not None else None,
-            "token_packing": len(self.packing.sites) if self.packing is not None else None,
+            "drafts": {"tokens": self.draft_tokens, "budget": self.draft_budget} if self.draft_tokens else None,
             "judge": self.judge.describe(),
         }
 
@@ -234,11 +248,16 @@ class TransformersEngine:
             )
         return self.judge.context_length - len(prompt_ids) - allowance
 
-    def _decoder(self, ids, mask, positions, cache):
+    def _decoder(self, ids, mask, positions, cache, **kwargs):
         """The decoder stack without the vocabulary projection (applied later, only where a token is read)."""
         decoder = self.judge.model.get_decoder()
         return decoder(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{self._cache_kw: cache}
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **{self._cache_kw: cache},
+            **kwargs,
         )
 
     # -- planning -------------------------------------------------------------------------------------------
@@ -305,7 +324,7 @@ class TransformersEngine:
             scheduler = Scheduler(
                 max_rows=self.max_rows, token_budget=self.token_budget, shared_prefix=self.shared_prefix
             )
-            batch = Batch()
+            batch = Batch(self._slots())
             open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
             # ticket -> (its request's identity, the identical requests waiting on it); identity -> that ticket
             twins: dict[int, tuple[tuple, list[tuple[int, StageRequest]]]] = {}
@@ -340,7 +359,7 @@ class TransformersEngine:
                     except Exception as exc:  # noqa: BLE001 - as above: every open row fails, kind "model"
                         _fail_open(open_rows, exc)
                         scheduler.waiting.clear()
-                        batch.clear()
+                        batch = Batch(self._slots())
                     self._answer(feed, open_rows, twins, computing)
             finally:
                 self.stats.seconds += time.perf_counter() - started
@@ -351,6 +370,8 @@ class TransformersEngine:
         for ticket in [t for t, r in open_rows.items() if r.done]:
             row = open_rows.pop(ticket)
             result = self._result(row)
+            if self.draft_tokens and result.ok and row.score_from is None:
+                self.history.learn(row.request.grammar, [t for t in row.out if t not in self.eos_ids])
             key, waiting = twins.pop(ticket)
             del computing[key]
             feed.give(ticket, result)
@@ -359,8 +380,6 @@ class TransformersEngine:
 
     def _advance(self, scheduler: Scheduler, batch: Batch) -> None:
         """One step: admit, then one forward pass over the running rows."""
-        if scheduler.waiting and any(r.done for r in batch.rows):
-            batch.compact()  # admission merges caches and counts the budget: the finished rows leave first
         if self._admit_below is None or len(batch.live) < self._admit_below:
             self._admit(scheduler, batch)
         if not batch.live:
@@ -377,7 +396,7 @@ class TransformersEngine:
         if not scheduler.preempt(batch):
             for row in batch.live:
                 row.fail(Failure.MEMORY, OOM_ALONE)
-            batch.clear()
+            batch.release_finished()
 
     def _release_memory(self) -> None:
         if self.device.type == "cuda":
@@ -386,14 +405,13 @@ class TransformersEngine:
             torch.cuda.empty_cache()
 
     def _admit(self, scheduler: Scheduler, batch: Batch) -> None:
-        """Prefill the units the scheduler picks and join them to the running batch. Out of memory in a
-        prefill: retry with half the units; a single unit waits until fewer rows run (not retried every step),
-        and fails loudly only when it cannot run even alone."""
+        """Place the units the scheduler picks in the running batch. Out of memory there: retry with half the
+        units; a single unit waits until fewer rows run (not retried every step), and fails loudly only when it
+        cannot run even alone. (Out of memory in the step that computes their prompts is the step's: _advance.)"""
         chosen = scheduler.schedule(batch)
         while chosen:
             try:
-                slots, rows = self._prefill(chosen, joining=bool(batch.rows))
-                batch.join(slots, rows)
+                self._place(chosen, batch)
                 self._admit_below = None
                 return
             except self._oom:
@@ -404,7 +422,7 @@ class TransformersEngine:
                 half = len(chosen) // 2
                 scheduler.put_back(chosen[half:])
                 chosen = chosen[:half]
-            elif len(chosen[0].rows) > 1:  # one unit: its rows in two halves, each prefilling the prefix
+            elif len(chosen[0].rows) > 1:  # one unit: its rows in two halves, each computing the prefix
                 unit = chosen[0]
                 half = len(unit.rows) // 2
                 scheduler.put_back([Unit(unit.rows[half:], unit.prefix)])
@@ -418,7 +436,7 @@ class TransformersEngine:
                     row.fail(Failure.MEMORY, OOM_ALONE)
                 return
 
-    def _slots(self, rows: int, columns: int = 0) -> KVSlots:
+    def _slots(self, rows: int = 0, columns: int = 0) -> KVSlots:
         return KVSlots(
             self.judge.model.config,
             dtype=self.judge.model.dtype,
@@ -428,33 +446,32 @@ class TransformersEngine:
             row_limit=self.max_rows,
         )
 
-    def _pass(self, slots: KVSlots, ids, new_mask, positions, commit: bool = True):
-        """One forward pass of the decoder over new columns of the slots (ids, mask and positions: numpy arrays
-        on the host). Raises with the slots as they were."""
+    def _pass(self, slots: KVSlots, feeds: list[list[int]], starts: list[int], commit: bool = True):
+        """One forward pass of the decoder: slot r feeds the tokens feeds[r] (none: []), at positions from
+        starts[r] on, all of them as one flat [1, tokens] sequence, each attending its own row
+        (kv_slots.ragged_attention): no holes anywhere. Returns the hidden states [tokens, hidden] and each slot's
+        first token in them. Raises with the slots as they were."""
+        import numpy as np
         import torch
 
-        device = [self._to_device(torch.from_numpy(a)) for a in (ids, new_mask, positions)]
-        mask = slots.begin(new_mask, device[1])
-        if self._bool_masks:
-            mask = _attention_mask(mask, new_mask.shape[1])
-        # Holes cost a whole token's compute in the dense layers unless they are packed out; packing costs a
-        # gather and a scatter per layer, so a pass with few holes runs dense.
-        packed = None
-        if self.packing is not None:
-            real = new_mask.reshape(-1).nonzero()[0]
-            if (new_mask.size - len(real)) * PACK_ABOVE >= new_mask.size:
-                packed = self.packing.packed(self._to_device(torch.from_numpy(real)), new_mask.size)
+        layout = slots.begin([len(f) for f in feeds])
+        ids = np.fromiter((t for f in feeds for t in f), dtype=np.int64, count=layout.tokens)[None]
+        positions = (np.repeat(np.asarray(starts, dtype=np.int64), layout.counts) + layout.step_of)[None]
         try:
-            with packed or nullcontext():
-                hidden = self._decoder(device[0], mask, device[2], slots).last_hidden_state
+            hidden = self._decoder(
+                self._to_device(torch.from_numpy(ids)),
+                self._no_mask,
+                self._to_device(torch.from_numpy(positions)),
+                slots,
+                ragged_pass=layout,
+            ).last_hidden_state[0]
         except BaseException:
             slots.abort()
             raise
         self.stats.forward_passes += 1
-        self.stats.packed_passes += packed is not None
         if commit:
             slots.commit()
-        return hidden
+        return hidden, layout.offsets
 
     def _to_device(self, tensor):
         return to_device(tensor, self.device)
@@ -464,69 +481,55 @@ class TransformersEngine:
         found = [self.store.lookup(p) if self.store is not None else (None, 0) for p in prefixes]
         return [(kv, min(n, len(p)) if n >= MIN_SHARED_PREFIX else 0) for (kv, n), p in zip(found, prefixes)]
 
-    def _stored_cache(self, found: list[tuple[list | None, int]], rows: int, new_columns: int) -> KVSlots:
-        """Slots with one row per prefix holding its stored part (see _stored), right-aligned to a common width
-        (nothing stored: width 0). Allocated once, with room for `rows` rows and `new_columns` columns after the
-        stored ones: fresh memory is slow to touch on a CPU, and every growth copies what is there."""
-        width = max((n for _, n in found), default=0)
-        slots = self._slots(max(rows, len(found)), width + new_columns)
-        slots.add_rows(len(found))
-        if width:
-            slots.open_columns(width)
-            for i, (kv, n) in enumerate(found):
-                if n:
-                    slots.write_row(i, kv, n)
-            self.stats.stored_tokens += sum(n for _, n in found)
-        return slots
+    def _store(self, prefix: list[int], slots: KVSlots, slot: int) -> None:
+        """Copy the slot's first len(prefix) tokens' keys and values into the prefix store (unless it holds them)."""
+        if self.store is not None and len(prefix) >= MIN_SHARED_PREFIX and not self.store.holds(prefix):
+            self.store.add(prefix, slots.row_kv(slot, len(prefix)))
 
-    def _store(self, prefix: list[int], slots: KVSlots, row: int, columns: list[int]) -> None:
-        """Copy one row's keys and values at the given window columns into the prefix store."""
-        if self.store is None or len(prefix) < MIN_SHARED_PREFIX:
-            return
-        import torch
-
-        self.store.add(prefix, slots.row_kv(row, self._to_device(torch.tensor(columns, dtype=torch.long))))
-
-    def _prefill(self, units: list[Unit], joining: bool = True) -> tuple[KVSlots, list[Row]]:
-        """Each unit's shared prefix once (its stored part from the prefix store, the rest in one batched pass with
-        masked holes), then the slots forked into one row per request.
-        joining: rows are running already, so the new rows' own prompt remainders get a pass of their own."""
-        prefixes = [u.prefix for u in units]
-        found = self._stored(prefixes)
-        kept = [n for _, n in found]
-        rests = [p[n:] for p, n in zip(prefixes, kept)]
+    def _place(self, units: list[Unit], batch: Batch) -> None:
+        """Each unit's rows into free slots of the running batch, with what their prompts can take without a pass
+        of their own: the longest stored part of the unit's prefix, copied from the prefix store into its first
+        row. A unit of several rows computes the rest of its prefix there (one pass over those slots only) and
+        copies it into the others' slots. What is left of each row's prompt is its pending input: it rides in the
+        next step, beside the running rows' tokens (a one-row unit's prefix goes to the store after that step)."""
         rows = [row for unit in units for row in unit.rows]
-        starts = [len(unit.prefix) for unit in units for _ in unit.rows]
-        # Each row's own rest of the prompt (all but its last token), run in a second pass over the new rows only,
-        # so the running batch's steps feed one token (plus forced ones) per row instead of padding every row out
-        # to the longest prompt remainder.
-        own = [row.prompt_ids[start : row.feed_from] if joining else [] for row, start in zip(rows, starts)]
-        # Sized for this admission's passes before they run: the prefix pass, then the rows' own remainders.
-        slots = self._stored_cache(found, len(rows), max(map(len, rests)) + max(map(len, own)))
-        width = slots.width
-        if max(len(r) for r in rests):
-            # Holes come after each row's tokens, never before: every query row attends to at least its own token
-            # (CUDA kernels can return NaN for a query row that may attend to nothing).
-            self._pass(slots, *_holed(rests, kept, self.pad_id))
-            self.stats.prefill_tokens += sum(len(r) for r in rests)
-            for i, (unit, rest, n) in enumerate(zip(units, rests, kept)):
-                if rest:  # a prefix found whole in the store is there already
-                    self._store(unit.prefix, slots, i, list(range(width - n, width + len(rest))))
-        # Fork: row j of unit i reads unit i's cache.
-        slots.select([i for i, u in enumerate(units) for _ in u.rows])
-        if max(map(len, own)):
-            self._pass(slots, *_holed(own, starts, self.pad_id))
+        batch.place(rows)
+        try:
+            found = self._stored([u.prefix for u in units])
+            computed = []  # units of several rows whose prefix is computed now, in their first row's slot
+            for unit, (kv, n) in zip(units, found):
+                if n:
+                    batch.cache.write(unit.rows[0].slot, kv, n)
+                    self.stats.stored_tokens += n
+                if len(unit.rows) > 1 and n < len(unit.prefix):
+                    computed.append((unit, n))
+            if computed:
+                feeds, starts = [[] for _ in range(batch.cache.rows)], [0] * batch.cache.rows
+                for unit, n in computed:
+                    feeds[unit.rows[0].slot], starts[unit.rows[0].slot] = unit.prefix[n:], n
+                    self.stats.prefill_tokens += len(unit.prefix) - n
+                self._pass(batch.cache, feeds, starts)
+                for unit, _ in computed:
+                    self._store(unit.prefix, batch.cache, unit.rows[0].slot)
+            for unit in units:
+                if len(unit.rows) > 1:
+                    batch.cache.fork(unit.rows[0].slot, [r.slot for r in unit.rows[1:]], len(unit.prefix))
+        except BaseException:
+            batch.release(rows)
+            raise
         now = time.perf_counter()
-        for row, start, rest in zip(rows, starts, own):
-            row.pending = row.prompt_ids[start + len(rest) :]
-            row.position = start + len(rest)
-            self.stats.prefill_tokens += len(row.prompt_ids) - start  # the prompt's own part
-            row.started = now
-            row.matcher = self.grammars.matcher(row.request.grammar)
-            if self.forced_tokens:
-                self._take_forced(row)
-            self._finish_if_complete(row)
-        return slots, rows
+        for unit, (_, n) in zip(units, found):
+            shared = len(unit.rows) > 1
+            for row in unit.rows:
+                start = len(unit.prefix) if shared else n
+                row.pending, row.position = row.prompt_ids[start:], start
+                row.store_after = len(unit.prefix) if not shared and n < len(unit.prefix) else 0
+                self.stats.prefill_tokens += len(row.prompt_ids) - start  # the prompt's own part
+                row.started = now
+                row.matcher = self.grammars.matcher(row.request.grammar)
+                if self.forced_tokens:
+                    self._take_forced(row)
+                self._finish_if_complete(row)
 
     def _finish_if_complete(self, row: Row) -> None:
         """A grammar that allows nothing but the end token has nothing left to read from the model: the row ends
@@ -544,16 +547,79 @@ class TransformersEngine:
             row.forced += len(forced)
             self.stats.forced_tokens += len(forced)
 
-    def _masks(self, rows: list[Row], live: list[int]):
-        """The live rows' grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned
-        on a GPU host), and which rows' grammars allow nothing but the end token (a numpy check over the words,
-        not over the vocabulary)."""
-        if self._bitmask is None or self._bitmask.shape[0] < len(rows):
-            self._allocate_bitmask(len(rows))
-        bitmask = self._bitmask[: len(rows)]
-        self.grammars.fill_bitmasks(self._executor, [(rows[i].matcher, i) for i in live], bitmask)
-        only_eos = ~(self._bitmask_np[: len(rows)] & self._eos_words).any(axis=1)
-        return bitmask, only_eos
+    def _drafts(self, active: list[Row | None], reading: list[int]) -> dict[int, Draft]:
+        """Guessed continuations for the rows in these slots (drafts.py), each cut where the grammar would refuse
+        it, with the forced tokens the grammar inserts after each guessed token, exactly as decoding would.
+        At most draft_tokens a row and draft_budget a pass, rows with the longer matches first."""
+        if not self.draft_tokens:
+            return {}
+        guesses = []
+        for i in reading:
+            row = active[i]
+            room = min(self.draft_tokens, row.cap - len(row.out) - 1)
+            if room <= 0:
+                continue
+            if row.context is None:
+                row.context = NgramIndex(row.prompt_ids)
+            row.context.extend(row.out[len(row.context) - len(row.prompt_ids) :])
+            guess, matched = propose(row.context, self.history.index(row.request.grammar), room, len(row.prompt_ids))
+            if guess:
+                guesses.append((-matched, i, guess))
+        # A guessed token costs what any token costs, kept or not; it pays where a pass has few tokens (its cost is
+        # then mostly the weights' reading), so the budget is what the pass's own tokens leave of draft_budget.
+        drafts, budget = {}, self.draft_budget - sum(len(active[i].pending) for i in reading)
+        for _, i, guess in sorted(guesses):
+            if budget <= 0:
+                break
+            draft = self._fit_draft(active[i], guess[:budget])
+            if draft.tokens:
+                drafts[i] = draft
+                budget -= len(draft.tokens)
+        return drafts
+
+    def _fit_draft(self, row: Row, guess: list[int]) -> Draft:
+        """The longest start of guess the row's grammar admits, with forced tokens inserted after each guessed
+        token as _take_forced would insert them; the matcher is rolled back to where it was."""
+        matcher, tokens, forced, at = row.matcher, [], [], 0
+        while at < len(guess) and len(tokens) < len(guess):
+            token = guess[at]
+            if token in self.eos_ids or matcher.try_consume_tokens([token]) != 1:
+                break
+            tokens.append(token)
+            forced.append(False)
+            at += 1
+            if self.forced_tokens:
+                fixed = matcher.compute_ff_tokens()
+                if fixed:
+                    taken = matcher.try_consume_tokens(fixed)
+                    tokens += fixed[:taken]
+                    forced += [True] * taken
+                    if taken < len(fixed) or guess[at : at + len(fixed)] != fixed:
+                        break  # the guess parts from the text the grammar fixes
+                    at += len(fixed)
+            if matcher.is_stopped():
+                break
+        stopped = matcher.is_stopped()
+        matcher.rollback(len(tokens))
+        return Draft(tokens, forced, stopped)
+
+    def _masks(self, active: list[Row], reading: list[int], drafts: dict[int, Draft], base: dict[int, int]):
+        """The reading rows' grammar masks, filled in parallel into one reused bitmask ([slots, words] int32,
+        pinned on a GPU host): slot base[i] for row i's next token, base[i] + 1 + m for the token after draft
+        token m. Also which rows' grammars allow nothing but the end token (a numpy check over the words, not over
+        the vocabulary)."""
+        total = sum(1 + len(drafts[i].tokens) if i in drafts else 1 for i in reading)
+        if self._bitmask is None or self._bitmask.shape[0] < total:
+            self._allocate_bitmask(total)
+        bitmask = self._bitmask[:total]
+        self.grammars.fill_bitmasks(
+            self._executor,
+            [(active[i].matcher, base[i], drafts[i].tokens if i in drafts else []) for i in reading],
+            bitmask,
+        )
+        main = [base[i] for i in reading]
+        only_eos = ~(self._bitmask_np[main] & self._eos_words).any(axis=1)
+        return bitmask, dict(zip(reading, only_eos.tolist()))
 
     def _allocate_bitmask(self, rows: int) -> None:
         import numpy as np
@@ -574,95 +640,130 @@ class TransformersEngine:
         """One decoding step. Transactional: until the picks are read, nothing is changed (not the slots, not a
         row), so an out-of-memory error raised anywhere in it leaves the batch as it was.
         One synchronisation with the device per step: the picks and P(yes) come back together."""
-
-        active = batch.rows
-        # Finished rows may still hold a slot (see the end of the step): they feed nothing and read nothing. A row
-        # whose grammar is complete finished when its last token was taken (_finish_if_complete), without a pass.
-        live = [i for i, row in enumerate(active) if not row.done]
-        if not live:
+        cache, rows = batch.cache, batch.rows
+        # A row whose grammar is complete finished when its last token was taken (_finish_if_complete), without
+        # a pass. Every other live row has pending tokens (its prompt's rest, or its last pick and what the grammar
+        # forces after it): all of them go in this pass, and its next token is read after them.
+        feeding = [s for s, r in enumerate(rows) if r is not None and not r.done and r.pending]
+        if not feeding:
             return
-        # 3. One forward pass over the rows' pending tokens; shorter rows get masked holes. The width is the
-        # widest whose padding stays within step_tokens slots: that much padding rides along nearly free (the pass
-        # reads every weight once anyway), more costs real compute. A row with a longer run of forced tokens feeds
-        # the rest of it in the next step and reads no token in this one.
-        lengths = [0 if r.done else len(r.pending) for r in active]
-        width = max(lengths)
-        while width > 1 and sum(width - min(n, width) for n in lengths) > self.step_tokens:
-            width -= 1
-        fed = [min(n, width) for n in lengths]
-        ids, new_mask, positions = _holed(
-            [r.pending[:n] for r, n in zip(active, fed)], [r.position for r in active], self.pad_id
-        )
-        reading = [i for i in live if fed[i] == len(active[i].pending)]
-        slots = batch.cache
-        hidden = self._pass(slots, ids, new_mask, positions, commit=False)
-        # 2. The grammar masks, filled on the CPU while the device runs the pass just queued (on a GPU the pass is
+        # Each row may feed a draft after its pending tokens (drafts.py); the judge's pick is then read before
+        # every guessed token and after the last, so one pass checks them all.
+        drafts = self._drafts(rows, feeding)
+        feeds = [[] for _ in rows]
+        for s in feeding:
+            feeds[s] = rows[s].pending + (drafts[s].tokens if s in drafts else [])
+        base, reads, at = {}, [], 0  # reads: (slot, place in its feed, mask slot, draft tokens before it)
+        for s in feeding:
+            base[s] = at
+            draft, fed = drafts.get(s), len(rows[s].pending)
+            reads += [(s, fed - 1 + m, at + m, m) for m in [0] + (draft.read_points() if draft else [])]
+            at += 1 + (len(draft.tokens) if draft else 0)
+        hidden, offsets = self._pass(cache, feeds, [r.position if r is not None else 0 for r in rows], commit=False)
+        # The grammar masks, filled on the CPU while the device runs the pass just queued (on a GPU the pass is
         # asynchronous until its picks are read).
-        bitmask, only_eos = self._masks(active, live)
+        bitmask, only_eos = self._masks(rows, feeding, drafts, base)
         try:
-            picks, p_yes = self._read(active, reading, fed, hidden, bitmask)
+            picks, p_yes = self._read(rows, [(s, offsets[s] + c, k) for s, c, k, _ in reads], hidden, bitmask)
         except BaseException:
-            slots.abort()
+            cache.abort()
             raise
-        slots.commit()
-        for i in live:
-            active[i].position += fed[i]
-            active[i].pending = active[i].pending[fed[i] :]
-        for k, i in enumerate(reading):
-            row, token = active[i], picks[k]
-            if only_eos[i]:  # complete, though llguidance did not say so when its last token went in: nothing to read
+        cache.commit()
+        picked = {(s, m): (pick, p) for (s, _, _, m), pick, p in zip(reads, picks, p_yes)}
+        returned = []  # (slot, how many of its last tokens): draft tokens the judge did not pick
+        for s in feeding:
+            row, draft = rows[s], drafts.get(s)
+            row.position += len(row.pending)
+            row.pending = []
+            if row.store_after:  # its prompt's prefix is in its slot now
+                self._store(row.prompt_ids[: row.store_after], cache, s)
+                row.store_after = 0
+            if only_eos[s]:  # complete, though llguidance did not say so when its last token went in: nothing to read
                 row.done = True
                 continue
+            kept = self._accept(row, draft, picked, s)
+            if draft:
+                self.stats.draft_tokens += len(draft.tokens)
+                self.stats.accepted_draft_tokens += kept
+                if kept < len(draft.tokens):
+                    returned.append((s, len(draft.tokens) - kept))
+        cache.give_back(returned)
+        batch.release_finished()  # their slots are free for the next admission; nothing is copied
+
+    def _accept(self, row: Row, draft: Draft | None, picked: dict, i: int) -> int:
+        """Take the row's picks in order, as decoding token by token would have taken them: each guessed token
+        stays while the pick before it equals it (a forced one stays as the grammar fixed it), and the first pick
+        that differs, or the one after the last guessed token, is the row's next pending token. Returns how many
+        draft tokens stayed (their keys and values are in the cache; the rest are masked out)."""
+        tokens = draft.tokens if draft else []
+        m = 0
+        while True:
+            if m < len(tokens) and draft.forced[m]:
+                row.matcher.consume_token(tokens[m])
+                row.out.append(tokens[m])
+                row.forced += 1
+                self.stats.forced_tokens += 1
+                m += 1
+                continue
+            if m:  # a read point after a kept guess: as a step would check before reading
+                if len(row.out) >= row.cap:
+                    row.fail(Failure.CAP, f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
+                    return m
+                self._finish_if_complete(row)
+                if row.done:
+                    return m
+            token, p = picked[(i, m)]
             if token < 0:
                 self.stats.nan_rows += 1
                 row.fail(
                     Failure.MODEL,
                     "the judge's logits were NaN at this step (a poisoned forward pass); nothing was read from them",
                 )
-                continue
-            if p_yes[k] is not None:
-                row.choice_probs.append(p_yes[k])
+                return m
+            if p is not None:
+                row.choice_probs.append(p)
             row.out.append(token)
             row.decoded += 1
             self.stats.decoded_tokens += 1
-            row.pending = [token]
             if token in self.eos_ids:
                 row.done = True
-                continue
+                return m
             row.matcher.consume_token(token)
+            if m < len(tokens) and token == tokens[m]:
+                m += 1
+                continue
+            row.position += m
+            row.pending = [token]
             if self.forced_tokens:
                 self._take_forced(row)
             if len(row.out) >= row.cap:
                 row.fail(Failure.CAP, f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
             self._finish_if_complete(row)
-        # 5. Compacting the batch copies the whole KV cache, so finished rows keep their slot (fed nothing) until a
-        # quarter of the slots are finished, or new rows are admitted.
-        dead = sum(r.done for r in active)
-        if dead and dead * 4 >= len(active):
-            batch.compact()
+            return m
 
-    def _read(self, active: list[Row], reading: list[int], fed: list[int], hidden, bitmask):
-        """The vocabulary projection at each reading row's last fed position, the grammar mask applied on the
-        device, the greedy pick, and P(yes) where the allowed tokens form a closed choice (whitespace-only tokens
-        are neutral; P(yes) is kept at the step whose pick decides the verdict, so each verdict gets exactly one).
-        Returns picks and P(yes) (None where there is no verdict), brought back in one transfer."""
+    def _read(self, active: list[Row], reads: list[tuple[int, int, int]], hidden, bitmask):
+        """The vocabulary projection at each read (row, its token's place in the pass's hidden states, mask slot),
+        the grammar mask applied
+        on the device, the greedy pick, and P(yes) where the allowed tokens form a closed choice (whitespace-only
+        tokens are neutral; P(yes) is kept at the step whose pick decides the verdict, so each verdict gets exactly
+        one). Returns picks and P(yes) (None where there is no verdict), brought back in one transfer."""
         import torch
 
-        if not reading:
+        if not reads:
             return [], []
-        at = self._to_device(torch.tensor(reading, dtype=torch.long))
-        last = self._to_device(torch.tensor([fed[i] - 1 for i in reading], dtype=torch.long))
-        logits = self.judge.model.get_output_embeddings()(hidden[at, last])[:, : self.vocab_size].float()
+        at = self._to_device(torch.tensor([int(c) for _, c, _ in reads], dtype=torch.long))
+        mask_rows = self._to_device(torch.tensor([k for _, _, k in reads], dtype=torch.long))
+        logits = self.judge.model.get_output_embeddings()(hidden.index_select(0, at))[:, : self.vocab_size].float()
         poisoned = torch.isnan(logits).any(dim=1)
-        allowed = _unpack(self._to_device(bitmask).index_select(0, at), self.vocab_size)
+        allowed = _unpack(self._to_device(bitmask).index_select(0, mask_rows), self.vocab_size)
         logits = logits.masked_fill(~allowed, float("-inf"))
         picks = logits.argmax(dim=-1)
         columns = [picks.to(torch.float32), poisoned.to(torch.float32)]
         by_choice: dict[tuple[str, str], list[int]] = {}
-        for k, i in enumerate(reading):
+        for k, (i, _, _) in enumerate(reads):
             if active[i].request.verdict_choice is not None:
                 by_choice.setdefault(active[i].request.verdict_choice, []).append(k)
-        p_yes = torch.full((len(reading),), float("nan"), device=self.device)
+        p_yes = torch.full((len(reads),), float("nan"), device=self.device)
         for choice, ks in by_choice.items():
             yes, no, neutral = self._choice_mask(choice)
             k_t = self._to_device(torch.tensor(ks, dtype=torch.long))
@@ -704,29 +805,30 @@ class TransformersEngine:
         self._likelihood_batch(batch[half:], prefix)
 
     def _likelihood_pass(self, batch: list[Row], prefix: list[int]) -> None:
-        import numpy as np
-
+        """The group's prefix once, in the first row's slot (its stored part copied from the prefix store), copied
+        into the other rows' slots; then every row's remainder, its continuation included, in one ragged pass."""
         now = time.perf_counter()
-        found = self._stored([prefix])
-        kept, start = found[0][1], len(prefix)
-        rests = [r.prompt_ids[start:] for r in batch]
-        slots = self._stored_cache(found, len(batch), start - kept + max(map(len, rests)))
+        slots = self._slots(len(batch))
+        slots.place(len(batch))
+        (kv, kept), start = self._stored([prefix])[0], len(prefix)
+        if kept:
+            slots.write(0, kv, kept)
+            self.stats.stored_tokens += kept
         if start > kept:
-            self._pass(slots, *_holed([prefix[kept:]], [kept], self.pad_id))
+            self._pass(slots, [prefix[kept:]] + [[]] * (len(batch) - 1), [kept] + [0] * (len(batch) - 1))
             self.stats.prefill_tokens += start - kept
-            self._store(prefix, slots, 0, list(range(start)))
-        slots.select([0] * len(batch))
-        # Right padding: the pads come after every real token, and attention is causal, so no real token sees one.
-        ids, mask, positions = _holed(rests, [start] * len(batch), self.pad_id)
-        hidden = self._pass(slots, ids, np.ones_like(mask), positions)
+            self._store(prefix, slots, 0)
+        slots.fork(0, list(range(1, len(batch))), start)
+        rests = [r.prompt_ids[start:] for r in batch]
+        hidden, offsets = self._pass(slots, rests, [start] * len(batch))
         self.stats.prefill_tokens += sum(len(rest) for rest in rests)
         for row in batch:
             row.started, row.position, row.logprob_sum, row.logprob_count = now, start, 0.0, 0
-        self._read_likelihoods(batch, [len(rest) for rest in rests], hidden)
+        self._read_likelihoods(batch, [len(rest) for rest in rests], hidden, offsets)
         for row in batch:
             row.done = True
 
-    def _read_likelihoods(self, batch: list[Row], fed: list[int], hidden) -> None:
+    def _read_likelihoods(self, batch: list[Row], fed: list[int], hidden, offsets) -> None:
         """Add the log-probability of every continuation token fed in this pass, read at the position before it.
         The vocabulary projection runs only at those positions, a few hundred at a time."""
         import torch
@@ -740,10 +842,9 @@ class TransformersEngine:
         head = self.judge.model.get_output_embeddings()
         for at in range(0, len(picks), 256):
             part = picks[at : at + 256]
-            rows_t = torch.tensor([p[0] for p in part], device=self.device)
-            cols_t = torch.tensor([p[1] for p in part], device=self.device)
-            targets = torch.tensor([p[2] for p in part], device=self.device)
-            logits = head(hidden[rows_t, cols_t])[:, : self.vocab_size].float()
+            at = self._to_device(torch.tensor([int(offsets[p[0]]) + p[1] for p in part], dtype=torch.long))
+            targets = self._to_device(torch.tensor([p[2] for p in part], dtype=torch.long))
+            logits = head(hidden.index_select(0, at))[:, : self.vocab_size].float()
             logp = (logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)).tolist()
             for (i, _, _), value in zip(part, logp):
                 batch[i].logprob_sum += value
@@ -820,6 +921,26 @@ class TransformersEngine:
         return res
 
 
+def check_plain_attention(config) -> None:
+    """Ragged passes attend with plain causal softmax attention over grouped-query heads. A model whose attention
+    is more than that (a sliding window, softcapped scores) would be judged wrongly by it: refused, loudly."""
+    window = getattr(config, "sliding_window", None)
+    windowed = window is not None and getattr(config, "use_sliding_window", True) is not False
+    layer_types = getattr(config, "layer_types", None) or []
+    if windowed and (not layer_types or any("sliding" in str(t) for t in layer_types)):
+        raise ValueError(
+            f"{getattr(config, 'model_type', 'this model')} attends within a sliding window of {window} tokens, "
+            "which this engine's attention does not do; use a judge with full attention (Llama, Qwen2.5, Mistral "
+            "v0.2 and later)"
+        )
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(config, name, None):
+            raise ValueError(
+                f"{getattr(config, 'model_type', 'this model')} softcaps its scores ({name}), which this engine "
+                "does not do; use a judge without softcapping (Llama, Qwen2.5, Mistral)"
+            )
+
+
 def usable_memory(free: int, reserved_unused: int, share: float) -> int:
     """Bytes this engine may fill: what the device reports free plus what PyTorch's allocator holds unused, times
     the engine's share of the device (engines sharing one GPU, as Ray actors with a fraction of a GPU each do,
@@ -832,41 +953,6 @@ def kv_token_budget(free: int, per_token: int) -> int:
     two so that the budget, which shapes the batches and is stored in every row, does not drift from run to run
     with a few MB of free memory (a resumed run must batch as the first run did). 4096 tokens at least."""
     return 1 << max(12, int(free * 0.5 / per_token).bit_length() - 1)
-
-
-def _holed(seqs: list[list[int]], starts: list[int], pad_id: int):
-    """Token lists as one batch: each left-aligned, masked holes after it, position ids going on from its start
-    (holes repeat the last position; they are never attended). Returns ids, mask, positions as numpy arrays: host
-    data stays out of torch until it is copied to the device, so nothing here can wait on the device."""
-    import numpy as np
-
-    width = max(len(seq) for seq in seqs)
-    ids = np.full((len(seqs), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(seqs), width), dtype=np.int64)
-    for i, seq in enumerate(seqs):
-        ids[i, : len(seq)] = seq
-        mask[i, : len(seq)] = 1
-    lasts = np.array([start + max(len(seq), 1) - 1 for seq, start in zip(seqs, starts)], dtype=np.int64)
-    positions = np.minimum(
-        np.asarray(starts, dtype=np.int64)[:, None] + np.arange(width, dtype=np.int64), lasts[:, None]
-    )
-    return ids, mask, positions
-
-
-def _attention_mask(mask, new: int):
-    """[rows, columns] 0/1 mask whose last `new` columns are this pass's tokens -> [rows, 1, new, columns] boolean
-    mask: causal over the new tokens, and every query attends at least its own key. A query row that may attend to
-    nothing is where CUDA's kernels can return NaN (and 0 x NaN spreads it through every masked sum); the only
-    queries without another key to attend are holes, whose output is never read, so attending their own key
-    changes no real token. Built on the device with no data-dependent step, so it never waits for the device
-    (transformers' own mask builder checks whether a mask is all ones, which does)."""
-    import torch
-
-    columns = mask.shape[1]
-    at = torch.arange(columns - new, columns, device=mask.device)[:, None]  # each query's own column
-    keys = torch.arange(columns, device=mask.device)[None, :]
-    allowed = mask.bool()[:, None, None, :] & (keys <= at)[None, None]
-    return allowed | (keys == at)[None, None]
 
 
 def _identity(request: StageRequest) -> tuple:

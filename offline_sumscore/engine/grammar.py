@@ -70,10 +70,17 @@ class GrammarCompiler:
 
     @staticmethod
     def fill_bitmasks(executor, matchers: list, bitmask) -> None:
-        """Many rows' masks at once, in llguidance's threads: matchers is [(matcher, row), ...]."""
+        """Many rows' masks at once, in llguidance's threads: matchers is [(matcher, slot, draft tokens), ...];
+        a row's mask goes to bitmask[slot], and the mask after each of its draft tokens to the slots after it
+        (the matcher is rolled back to where it was)."""
         import llguidance.torch
 
-        llguidance.torch.fill_next_token_bitmask_par(executor, matchers, bitmask)
+        plain = [(m, slot) for m, slot, draft in matchers if not draft]
+        drafted = [(m, slot, draft) for m, slot, draft in matchers if draft]  # llguidance refuses empty drafts
+        if plain:
+            llguidance.torch.fill_next_token_bitmask_par(executor, plain, bitmask)
+        if drafted:
+            llguidance.torch.fill_next_token_bitmask_par_with_draft_tokens(executor, drafted, bitmask)
 
     @property
     def token_texts(self) -> list[str]:

@@ -1,36 +1,40 @@
-"""The running batch's keys, values and attention mask, in buffers allocated ahead and written by index.
+"""The running batch's keys and values: one slot per row, in buffers allocated ahead and written by index.
 
 transformers' DynamicCache concatenates every layer's keys and values on every forward pass, which copies the whole
 cache each step (a cost that grows with the batch and its length), and it grows layer by layer during the pass,
-so an error raised halfway (out of memory in layer 12) leaves the layers out of step with each other and with the
-mask. KVSlots keeps, per layer, one buffer [rows, kv heads, columns, head dim] and one mask [rows, columns] with
-room to spare; the committed window is columns [start, end). A forward pass:
+so an error raised halfway (out of memory in layer 12) leaves the layers out of step with each other. KVSlots keeps,
+per layer, one buffer [slots, kv heads, columns, head dim]. Row r's tokens lie left-aligned in its slot, in columns
+[0, filled[r]); nothing else marks them, so no mask is kept. A forward pass is ragged: each row feeds only its own
+tokens (none, one, a draft, a prompt), all the pass's tokens as one flat [1, tokens] sequence, and each token is
+written after its row's last one:
 
-    full_mask = slots.begin(new_mask)   # the new columns' mask, written past the window
-    model(..., attention_mask=full_mask, cache=slots)   # each layer writes its new keys and values there
-    slots.commit()                      # only now does the window take the new columns
+    layout = slots.begin(counts)        # row r feeds counts[r] tokens; where each goes, what each attends
+    model(..., cache=slots, ragged_pass=layout)   # each layer writes its tokens' keys and values there
+    slots.commit()                      # only now do the rows' lengths take the new tokens
 
-so a pass that raises leaves the window as it was (abort() forgets the written columns), whichever layer it raised
-in. Columns are shared by all rows: a row that joins later is left-padded with masked columns, and rows that leave
-keep their slot until compact() gathers the live rows to the front. When full, buffers grow (one copy, amortised):
-rows double up to the engine's row limit, columns grow by a quarter at least, with a quarter of the width kept free
-on the left for later joins; trim() drops leading columns no row attends by moving `start` (no copy).
+so a pass that raises leaves every row as it was (abort() forgets the written columns, which lie past the rows'
+lengths), whichever layer it raised in. A pass has no holes: a row that feeds nothing costs nothing, and the
+dense layers see the real tokens only. Tokens a row gives back after a pass (draft tokens the judge did not pick,
+give_back()) are simply written over by its next pass.
 
-Masked columns hold zeros or old finite values, never uninitialised memory: a masked key gets weight 0, but 0 x NaN
-is NaN, so a NaN there would poison every row that reads the slot's value. The buffers themselves are allocated
-uninitialised, and each region is zeroed or written as it enters the window (a pass writes its columns for every
-row; add_rows, join and open_columns zero what they do not write): on a CPU, memory is paid for when first touched
-(page faults, 0.4 to 1 GB/s on the 2-core machine), so capacity that is never used costs nothing, and a CPU batch
-takes its row capacity at the engine's row limit from the start instead of growing into it.
+Rows come and go without moving the others: a row that finishes frees its slot (release()), a new row takes the
+lowest free slot (place()), its stored prefix written in (write()) or copied from a sibling that computed it
+(fork()). A pass's attention spans columns [0, stop) of slots [0, rows), so those columns hold finite values for
+every slot, never uninitialised memory: a masked key gets weight 0, but 0 x NaN is NaN. The buffers are allocated
+uninitialised and zeroed as slots and columns enter that span (on a CPU, memory is paid for when first touched:
+page faults, 0.4 to 1 GB/s on the 2-core machine), so capacity that is never used costs nothing; a CPU batch
+takes its slot capacity at the engine's row limit from the start.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-_ROW_STEP = 8  # rows are allocated in multiples of this
+_ROW_STEP = 8  # slots are allocated in multiples of this
 _COL_STEP = 64  # columns likewise
+MAX_RUNS = 8  # on a GPU, more runs of multi-token rows are attended in one padded call (a launch a call)
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -39,6 +43,10 @@ def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type == "cpu":
         return tensor
     return tensor.pin_memory().to(device, non_blocking=True)
+
+
+def _indices(values, device: torch.device) -> torch.Tensor:
+    return to_device(torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)), device)
 
 
 class _SlotLayer(DynamicLayer):
@@ -50,9 +58,9 @@ class _SlotLayer(DynamicLayer):
         self.is_initialized = True
 
     @property
-    def keys(self):  # transformers reads layer.keys in a few helpers; the committed window
+    def keys(self):  # transformers reads layer.keys in a few helpers
         s = self.slots
-        return s.key_buffers[self.index][: s.rows, :, s.start : s.end]
+        return s.key_buffers[self.index][: s.rows, :, : s.width]
 
     @keys.setter
     def keys(self, value):  # DynamicLayer.__init__/reset assign; the buffers are the slots' own
@@ -61,297 +69,342 @@ class _SlotLayer(DynamicLayer):
     @property
     def values(self):
         s = self.slots
-        return s.value_buffers[self.index][: s.rows, :, s.start : s.end]
+        return s.value_buffers[self.index][: s.rows, :, : s.width]
 
     @values.setter
     def values(self, value):
         pass
 
     def update(self, key_states, value_states, *args, **kwargs):
-        s = self.slots
-        w = key_states.shape[2]
-        if w != s.pending or key_states.shape[0] != s.rows:
+        """key_states, value_states: [1, kv heads, tokens, dim], the open pass's tokens in order."""
+        s, p = self.slots, self.slots.open
+        if p is None:
+            raise RuntimeError("KVSlots: a forward pass outside begin()/commit()")
+        if key_states.shape[0] != 1 or key_states.shape[2] != p.tokens:
             raise RuntimeError(
-                f"KVSlots: layer {self.index} got {key_states.shape[0]} rows x {w} columns, "
-                f"expected {s.rows} x {s.pending} (call begin() before the pass)"
+                f"KVSlots: layer {self.index} got {tuple(key_states.shape)}, expected one row of {p.tokens} tokens"
             )
         k, v = s.key_buffers[self.index], s.value_buffers[self.index]
-        k[: s.rows, :, s.end : s.end + w] = key_states
-        v[: s.rows, :, s.end : s.end + w] = value_states
-        return k[: s.rows, :, s.start : s.end + w], v[: s.rows, :, s.start : s.end + w]
+        k[p.row_index, :, p.column_index] = key_states[0].transpose(0, 1)
+        v[p.row_index, :, p.column_index] = value_states[0].transpose(0, 1)
+        return k[: s.rows, :, : p.stop], v[: s.rows, :, : p.stop]
 
     def get_seq_length(self) -> int:
         return self.slots.width
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.slots.width + query_length, 0
+        p = self.slots.open
+        return (p.stop if p is not None else self.slots.width + query_length), 0
 
     def reset(self) -> None:
         raise NotImplementedError("KVSlots are never reset; make new ones")
 
     def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("KVSlots are never cropped")
+        raise NotImplementedError("KVSlots are never cropped; use give_back")
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        raise NotImplementedError("use KVSlots.select")
+        raise NotImplementedError("use KVSlots.fork")
 
     def batch_select_indices(self, indices) -> None:
-        raise NotImplementedError("use KVSlots.select")
+        raise NotImplementedError("use KVSlots.release")
 
 
 class KVSlots(Cache):
-    """A transformers Cache whose layers write by index into preallocated buffers (see the module docstring)."""
+    """A transformers Cache whose layers write each row's tokens into its own slot (see the module docstring)."""
 
     def __init__(self, config, *, dtype, device, rows: int = 0, columns: int = 0, row_limit: int | None = None):
         layers = config.num_hidden_layers
         self.kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.dtype, self.device = dtype, torch.device(device)
-        self.row_limit = row_limit  # rows double when full, up to this many (the engine's bound on a batch's rows)
+        self.row_limit = row_limit  # slots double when full, up to this many (the engine's bound on a batch's rows)
         super().__init__(layers=[_SlotLayer(self, i) for i in range(layers)])
-        self.rows = self.start = self.end = self.pending = 0
-        # Host copy of each row's first attended column (window coordinates; None: none yet), so that finding the
-        # columns no row attends never reads the mask back from the device.
-        self.first: list[int | None] = []
-        self._pending_first: list[int | None] = []
+        self.rows = 0  # slots [0, rows) may hold a row; a pass spans them all
+        self.filled: list[int] = []  # each slot's tokens (0 for a free slot)
+        self.used: list[bool] = []
+        self.clean = 0  # columns [0, clean) of slots [0, rows) hold finite values
+        self.open: RaggedPass | None = None
         self.key_buffers: list[torch.Tensor] = []
         self.value_buffers: list[torch.Tensor] = []
-        self.mask_buffer = torch.zeros((0, 0), dtype=torch.long, device=self.device)
         self.reallocations = 0
-        self._reallocate(rows, columns, 0)
+        self._reallocate(rows, columns)
 
     # -- shape ---------------------------------------------------------------------------------------------
     @property
     def width(self) -> int:
-        return self.end - self.start
-
-    @property
-    def mask(self) -> torch.Tensor:
-        return self.mask_buffer[: self.rows, self.start : self.end]
+        """Columns attended by some row: the longest row."""
+        return max(self.filled, default=0)
 
     @property
     def capacity(self) -> tuple[int, int]:
-        return tuple(self.mask_buffer.shape)
+        if not self.key_buffers:
+            return 0, 0
+        shape = self.key_buffers[0].shape
+        return shape[0], shape[2]
 
-    def _reallocate(self, rows: int, columns: int, left: int) -> None:
-        """New buffers of at least rows x (left + columns); the window moves to start at column `left`. Every new
-        buffer is allocated before any is swapped in, so running out of memory here changes nothing."""
-        if self.device.type == "cpu" and self.row_limit:  # untouched rows cost nothing there (module docstring)
+    @property
+    def live(self) -> list[int]:
+        return [r for r in range(self.rows) if self.used[r]]
+
+    def _reallocate(self, rows: int, columns: int) -> None:
+        """New buffers of at least rows x columns; every new buffer is allocated before any is swapped in, so
+        running out of memory here changes nothing."""
+        if self.device.type == "cpu" and self.row_limit:  # untouched slots cost nothing there (module docstring)
             rows = max(rows, self.row_limit)
         rows = -(-max(rows, 1) // _ROW_STEP) * _ROW_STEP
-        cols = -(-max(left + columns, 1) // _COL_STEP) * _COL_STEP
+        cols = -(-max(columns, 1) // _COL_STEP) * _COL_STEP
         shape = (rows, self.kv_heads, cols, self.head_dim)
         keys = [self._uninitialised(shape) for _ in self.layers]
         values = [self._uninitialised(shape) for _ in self.layers]
-        mask = torch.zeros((rows, cols), dtype=torch.long, device=self.device)
-        n, w = self.rows, self.width
-        if n and w:
+        if self.rows and self.clean:
             for new, old in zip(keys + values, self.key_buffers + self.value_buffers):
-                new[:n, :, left : left + w] = old[:n, :, self.start : self.end]
-            mask[:n, left : left + w] = self.mask_buffer[:n, self.start : self.end]
-        self.key_buffers, self.value_buffers, self.mask_buffer = keys, values, mask
-        self.start, self.end = left, left + w
+                new[: self.rows, :, : self.clean] = old[: self.rows, :, : self.clean]
+        self.key_buffers, self.value_buffers = keys, values
         self.reallocations += 1
 
     def _uninitialised(self, shape) -> torch.Tensor:
-        """A buffer whose every region is zeroed or written before it enters the window (module docstring)."""
+        """A buffer whose every region is zeroed or written before a pass attends it (module docstring)."""
         return torch.empty(shape, dtype=self.dtype, device=self.device)
 
-    def _zero_kv(self, rows: slice, columns: slice) -> None:
-        for buf in self.key_buffers + self.value_buffers:
-            buf[rows, :, columns] = 0
-
-    def reserve(self, rows: int, new_columns: int = 0, left: int = 0) -> None:
-        """Room for `rows` rows, `new_columns` columns after the window and `left` before it."""
+    def reserve(self, rows: int, columns: int) -> None:
+        """Room for `rows` slots of `columns` columns. A reallocation copies the cache into fresh memory, and on a
+        CPU the first touch of fresh memory costs more than the copy (the module docstring), so slots double, up to
+        the engine's row limit, and columns grow by a quarter at least."""
         have_rows, have_cols = self.capacity
-        if rows <= have_rows and self.end + new_columns <= have_cols and self.start >= left:
+        if rows <= have_rows and columns <= have_cols:
             return
-        # A reallocation copies the cache into fresh memory, and on a CPU the first touch of fresh memory costs more
-        # than the copy (page faults: 0.4 to 1 GB/s measured on the 2-core machine, where a batch's growth by a
-        # quarter at a time cost a quarter of a 24-sample run). So rows double, up to the engine's row limit, and a
-        # live batch keeps a quarter of its width free on the left, where the next wider join lands.
         if rows > have_rows:
             doubled = min(2 * have_rows, self.row_limit) if self.row_limit else 2 * have_rows
-            grow_rows = max(rows, doubled)
+            rows = max(rows, doubled)
         else:
-            grow_rows = have_rows
-        if self.rows:
-            slack = (self.width + new_columns) // 4
-            left = max(left, min(self.start, slack)) if self.start >= left else left + slack
-        need = left + self.width + new_columns
-        grow_cols = max(need, have_cols + have_cols // 4) if need > have_cols else have_cols
-        self._reallocate(grow_rows, grow_cols - left, left)
+            rows = have_rows
+        columns = max(columns, have_cols + have_cols // 4) if columns > have_cols else have_cols
+        self._reallocate(rows, columns)
 
-    # -- one forward pass ----------------------------------------------------------------------------------
-    def begin(self, new_mask, device_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Room for the pass's columns and their mask; returns the mask the pass attends with ([rows, width + new]).
-        new_mask: a numpy array on the host (read here for each row's first attended column); device_mask: the
-        same on the device, when the caller has copied it already."""
-        if self.pending:
-            raise RuntimeError("KVSlots: a pass is already open (commit() or abort() it first)")
-        rows, w = new_mask.shape
-        if rows != self.rows:
-            raise RuntimeError(f"KVSlots: a pass over {rows} rows on slots holding {self.rows}")
-        self.reserve(rows, w)
-        if device_mask is None:
-            device_mask = torch.from_numpy(new_mask).to(self.device)
-        self.mask_buffer[:rows, self.end : self.end + w] = device_mask
-        self.pending = w
-        width, host = self.width, new_mask
-        seen, at = host.any(axis=1), host.argmax(axis=1)
-        self._pending_first = [
-            f if f is not None or not seen[r] else width + int(at[r]) for r, f in enumerate(self.first)
-        ]
-        return self.mask_buffer[:rows, self.start : self.end + w]
+    def _span(self, rows: int, columns: int) -> None:
+        """Slots [0, rows) and columns [0, columns) enter the attended span: room for them, and finite values in
+        every part of it not yet known to hold them."""
+        self.reserve(max(rows, self.rows), max(columns, self.clean))
+        if rows > self.rows:
+            new = slice(self.rows, rows)
+            self._zero(new, slice(0, self.clean))
+            self.filled += [0] * (rows - self.rows)
+            self.used += [False] * (rows - self.rows)
+            self.rows = rows
+        if columns > self.clean:
+            self._zero(slice(0, self.rows), slice(self.clean, columns))
+            self.clean = columns
 
-    def commit(self) -> None:
-        if self.pending:
-            self.first = self._pending_first
-        self.end += self.pending
-        self.pending = 0
-
-    def abort(self) -> None:
-        """Forget the open pass: its columns lie outside the window, and the next pass overwrites them."""
-        self.pending = 0
+    def _zero(self, rows: slice, columns: slice) -> None:
+        if rows.stop > rows.start and columns.stop > columns.start:
+            for buf in self.key_buffers + self.value_buffers:
+                buf[rows, :, columns] = 0
 
     # -- rows ----------------------------------------------------------------------------------------------
-    def add_rows(self, n: int) -> None:
-        """n new rows with nothing attended yet (a fresh cache's rows, before their first pass)."""
-        self.reserve(self.rows + n)
-        self.mask_buffer[self.rows : self.rows + n, self.start : self.end] = 0
-        self._zero_kv(slice(self.rows, self.rows + n), slice(self.start, self.end))
-        self.rows += n
-        self.first += [None] * n
+    def place(self, n: int) -> list[int]:
+        """n free slots for new rows, the lowest first (deterministic: it depends on which rows left, not when)."""
+        free = [r for r in range(self.rows) if not self.used[r]][:n]
+        if len(free) < n:
+            start = self.rows
+            self._span(start + n - len(free), self.clean)
+            free += list(range(start, start + n - len(free)))
+        for r in free:
+            self.used[r], self.filled[r] = True, 0
+        return free
 
-    def select(self, index: list[int]) -> None:
-        """Row i becomes old row index[i] (a fork repeats rows; a compaction keeps the live ones)."""
-        n = len(index)
-        self.reserve(n)
-        if self.width and n and _is_fork(index):
-            # Each source row copied into its own run of rows, the last run first: a run never starts before its
-            # source row, so no source is overwritten before it is read, and no temporary copy of the cache is made.
-            s, e = self.start, self.end
-            runs = _runs(index)
-            for src, a, b in reversed(runs):
-                a = max(a, src + 1) if a <= src < b else a
-                if a < b:
-                    self._copy_rows(slice(a, b), slice(src, src + 1), slice(s, e), slice(s, e))
-        elif self.width and n and all(b > a for a, b in zip(index, index[1:])):
-            # A compaction: each run of kept rows moves up to its new place in blocks no longer than the distance
-            # it moves (a block never overlaps its source), with no temporary copy of the cache. Keys and values
-            # are moved only from the first column a kept row attends (the columns before it are masked for every
-            # kept row, and trim() drops them), the mask whole.
-            attended = [self.first[i] for i in index if self.first[i] is not None]
-            s, e = self.start + min(attended, default=0), self.end
-            for src, dst, length in _moves(index):
-                for k in range(0, length, src - dst):
-                    block = min(src - dst, length - k)
-                    to, of = slice(dst + k, dst + k + block), slice(src + k, src + k + block)
-                    self._copy_rows(to, of, slice(s, e), slice(self.start, e))
-        elif self.width and n:
-            at = to_device(torch.tensor(index, dtype=torch.long), self.device)
-            for buf in self.key_buffers + self.value_buffers:
-                buf[:n, :, self.start : self.end] = buf[:, :, self.start : self.end].index_select(0, at)
-            self.mask_buffer[:n, self.start : self.end] = self.mask_buffer[:, self.start : self.end].index_select(0, at)
-        self.rows = n
-        self.first = [self.first[i] for i in index]
+    def release(self, slots: list[int]) -> None:
+        """The rows in these slots have finished: the slots are free (what they hold stays, finite, unattended)."""
+        for r in slots:
+            self.used[r], self.filled[r] = False, 0
+        while self.rows and not self.used[self.rows - 1]:
+            self.rows -= 1
+            self.filled.pop()
+            self.used.pop()
 
-    def _copy_rows(self, to: slice, of: slice, kv_columns: slice, mask_columns: slice) -> None:
-        """Rows `of` into rows `to` (one source row broadcasts to many) in every layer's keys and values, and in
-        the mask. The two row ranges must not overlap (torch refuses a copy within overlapping memory)."""
+    def write(self, slot: int, kv: list, n: int) -> None:
+        """Stored keys and values of n tokens (per layer ([1, kv heads, >= n, dim], same)) as the slot's first n."""
+        self._span(self.rows, n)
+        for k, v, (k0, v0) in zip(self.key_buffers, self.value_buffers, kv):
+            k[slot, :, :n] = k0[0, :, :n]
+            v[slot, :, :n] = v0[0, :, :n]
+        self.filled[slot] = n
+
+    def fork(self, source: int, slots: list[int], n: int) -> None:
+        """The first n tokens of the source slot, copied into each of the slots (a shared prefix computed once)."""
+        if not slots or not n:
+            for r in slots:
+                self.filled[r] = n
+            return
+        runs = _runs(sorted(slots))
         for buf in self.key_buffers + self.value_buffers:
-            buf[to, :, kv_columns] = buf[of, :, kv_columns]
-        self.mask_buffer[to, mask_columns] = self.mask_buffer[of, mask_columns]
+            for a, b in runs:
+                buf[a:b, :, :n] = buf[source : source + 1, :, :n]
+        for r in slots:
+            self.filled[r] = n
 
-    def join(self, other: KVSlots) -> None:
-        """Append other's rows; the narrower window is left-padded with masked columns."""
-        m, a, b = other.rows, self.width, other.width
-        extra = max(0, b - a)
-        self.reserve(self.rows + m, 0, left=extra)
-        if extra:  # the old rows gain masked columns on the left (they may hold stale mask bits from a trim)
-            self.mask_buffer[: self.rows, self.start - extra : self.start] = 0
-            self._zero_kv(slice(0, self.rows), slice(self.start - extra, self.start))
-            self.start -= extra
-            self.first = [f + extra if f is not None else None for f in self.first]
-        w = self.width
-        rows = slice(self.rows, self.rows + m)
-        self.mask_buffer[rows, self.start : self.end - b] = 0
-        self._zero_kv(rows, slice(self.start, self.end - b))
-        self.mask_buffer[rows, self.end - b : self.end] = other.mask
-        for mine, theirs in zip(self.key_buffers + self.value_buffers, other.key_buffers + other.value_buffers):
-            mine[rows, :, self.end - b : self.end] = theirs[:m, :, other.start : other.end]
-        self.rows += m
-        self.first += [w - b + f if f is not None else None for f in other.first]
-
-    def trim(self) -> None:
-        """Drop the leading columns of the window that no row attends (rows that attended them have left)."""
-        cut = min((f for f in self.first if f is not None), default=self.width)
-        self.start += cut
-        self.first = [f - cut if f is not None else None for f in self.first]
-
-    def row_kv(self, row: int, columns: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Copies of one row's keys and values at the given window columns, per layer ([1, heads, n, dim])."""
-        at = columns + self.start
+    def row_kv(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Copies of the slot's first n tokens' keys and values, per layer ([1, kv heads, n, dim])."""
         return [
-            (k[row : row + 1, :, at].clone(), v[row : row + 1, :, at].clone())
+            (k[slot : slot + 1, :, :n].clone(), v[slot : slot + 1, :, :n].clone())
             for k, v in zip(self.key_buffers, self.value_buffers)
         ]
 
-    def write_row(self, row: int, kv: list, n: int) -> None:
-        """Stored keys and values of n tokens into the last n columns of a row's window."""
-        for k, v, (k0, v0) in zip(self.key_buffers, self.value_buffers, kv):
-            k[row, :, self.end - n : self.end] = k0[0, :, :n]
-            v[row, :, self.end - n : self.end] = v0[0, :, :n]
-        self.mask_buffer[row, self.end - n : self.end] = 1
-        at = self.width - n
-        self.first[row] = at if self.first[row] is None else min(self.first[row], at)
+    # -- one forward pass ----------------------------------------------------------------------------------
+    def begin(self, counts: list[int]) -> RaggedPass:
+        """Room for a pass in which slot r feeds counts[r] tokens (0: none; one count per slot in [0, rows));
+        returns its layout, which ragged_attention reads."""
+        if self.open is not None:
+            raise RuntimeError("KVSlots: a pass is already open (commit() or abort() it first)")
+        if len(counts) != self.rows:
+            raise RuntimeError(f"KVSlots: a pass over {len(counts)} rows on slots holding {self.rows}")
+        filled = np.asarray(self.filled, dtype=np.int64)
+        feed = np.asarray(counts, dtype=np.int64)
+        if (feed[~np.asarray(self.used, dtype=bool)] > 0).any():
+            raise RuntimeError("KVSlots: a pass feeds a free slot")
+        layout = RaggedPass(filled, feed, self.device)
+        self._span(self.rows, layout.stop)
+        self.open = layout
+        return layout
 
-    def open_columns(self, n: int) -> None:
-        """Widen the window by n masked columns (room for stored prefixes written by write_row)."""
-        self.reserve(self.rows, n)
-        self.mask_buffer[: self.rows, self.end : self.end + n] = 0
-        self._zero_kv(slice(0, self.rows), slice(self.end, self.end + n))
-        self.end += n
+    def commit(self) -> None:
+        if self.open is not None:
+            self.filled = [f + int(n) for f, n in zip(self.filled, self.open.counts)]
+        self.open = None
+
+    def abort(self) -> None:
+        """Forget the open pass: its columns lie past the rows' lengths, and the next pass writes over them."""
+        self.open = None
+
+    def give_back(self, returns: list[tuple[int, int]]) -> None:
+        """After a committed pass, (slot, n): the row's last n tokens are not its tokens after all (draft tokens
+        the judge did not pick); its next pass writes over them."""
+        for slot, n in returns:
+            self.filled[slot] -= n
 
 
-def _is_fork(index: list[int]) -> bool:
-    """Non-decreasing, each row at or after its source, every source row from 0 on kept (a fork of the rows)."""
-    return (
-        bool(index)
-        and index[0] == 0
-        and all(b - a in (0, 1) for a, b in zip(index, index[1:]))
-        and any(b == a for a, b in zip(index, index[1:]))
-    )
+class RaggedPass:
+    """Where a pass's tokens go and what each attends: built on the host from each slot's length and token
+    count, copied to the device once per pass, read by every layer.
+
+    Attention runs as one call over every slot's first new token (a decoding step feeds one token a row, so that
+    is usually the whole pass) plus one call per run of adjacent slots that feed more (a prefill, a row with a
+    draft), each over that run's own slots and width, so no row's attention is padded to another's length (on a
+    GPU, past MAX_RUNS runs, one call over their span, padded: there a call costs a kernel launch, padding little)."""
+
+    def __init__(self, filled: np.ndarray, counts: np.ndarray, device: torch.device, merge_runs: bool | None = None):
+        self.counts, self.filled, self.device = counts, filled, device
+        self.tokens = int(counts.sum())
+        rows = len(counts)
+        self.stop = int((filled + counts).max(initial=0))  # columns the pass attends
+        self.row_of = np.repeat(np.arange(rows), counts)
+        self.offsets = np.cumsum(counts) - counts  # each slot's first token in the flat sequence
+        self.step_of = np.arange(self.tokens) - np.repeat(self.offsets, counts)  # a token's place in its row
+        self.row_index = _indices(self.row_of, device)
+        self.column_index = _indices(filled[self.row_of] + self.step_of, device)
+        singles = np.flatnonzero(counts == 1)
+        self.single = (_indices(singles, device), _indices(self.offsets[singles], device)) if len(singles) else None
+        self.first_token = _indices(np.where(counts > 0, self.offsets, 0), device)
+        spans, r = [], 0
+        while r < rows:
+            if counts[r] <= 1:
+                r += 1
+                continue
+            end = r
+            while end < rows and counts[end] > 1:
+                end += 1
+            spans.append((r, end))
+            r = end
+        merge = device.type == "cuda" if merge_runs is None else merge_runs  # on a CPU, padding costs compute
+        if len(spans) > MAX_RUNS and merge:
+            spans = [(spans[0][0], spans[-1][1])]
+        self.runs = []  # (first slot, end slot, width, its tokens, their slot within the run, their place)
+        for a, b in spans:
+            mine = np.flatnonzero((self.row_of >= a) & (self.row_of < b) & (counts[self.row_of] > 1))
+            width = int(counts[a:b].max())
+            where = (
+                _indices(mine, device),
+                _indices(self.row_of[mine] - a, device),
+                _indices(self.step_of[mine], device),
+            )
+            self.runs.append((a, b, width, *where))
+        keys = np.arange(max(self.stop, 1))
+
+        def allowed(rows: slice, width: int) -> torch.Tensor:
+            # A query attends its row's columns up to its own (causal; the row's earlier tokens all come before).
+            # A query beyond its row's tokens (a padded run's, or a slot that feeds nothing in the single call)
+            # attends up to the last column, never nothing: a query row that may attend to no key is where
+            # CUDA's kernels return NaN.
+            at = np.minimum(filled[rows, None] + np.arange(width)[None, :], max(self.stop, 1) - 1)
+            return torch.from_numpy(keys[None, None, :] <= at[:, :, None])[:, None]  # [rows, 1, width, columns]
+
+        self._masks = (
+            to_device(allowed(slice(None), 1), device) if self.single is not None else None,
+            [to_device(allowed(slice(a, b), width), device) for a, b, width, *_ in self.runs],
+        )
+        self._grouped: dict[int, tuple] = {}
+
+    def masks(self, group: int) -> tuple:
+        """The boolean masks of the single call and of each run, each query row repeated once per query head of
+        a kv group (the stacking of _gqa), made once per pass."""
+        if group not in self._grouped:
+            single, runs = self._masks
+            if group > 1:
+                single = single.repeat(1, 1, group, 1) if single is not None else None
+                runs = [m.repeat(1, 1, group, 1) for m in runs]
+            self._grouped[group] = (single, runs)
+        return self._grouped[group]
 
 
-def _runs(index: list[int]) -> list[tuple[int, int, int]]:
-    """(source row, first row, end) for each run of equal values."""
-    runs, a = [], 0
-    for k in range(1, len(index) + 1):
-        if k == len(index) or index[k] != index[a]:
-            runs.append((index[a], a, k))
-            a = k
+def _runs(slots: list[int]) -> list[tuple[int, int]]:
+    """Sorted slot numbers as (first, end) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for r in slots:
+        if runs and runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], r + 1)
+        else:
+            runs.append((r, r + 1))
     return runs
 
 
-def _moves(index: list[int]) -> list[tuple[int, int, int]]:
-    """A strictly increasing index as (source row, new row, length) for each run of consecutive rows that moves."""
-    moves, a = [], 0
-    for k in range(1, len(index) + 1):
-        if k == len(index) or index[k] != index[k - 1] + 1:
-            if index[a] != a:
-                moves.append((index[a], a, k - a))
-            a = k
-    return moves
+def ragged_attention(query, key, value, layout: RaggedPass, scaling) -> torch.Tensor:
+    """Attention for a ragged pass: query [1, heads, tokens, dim] (the pass's tokens, flat), key and value every
+    slot's columns [slots, kv heads, columns, dim]. Returns [1, tokens, heads, dim]."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    group = heads // kv_heads
+    single_mask, run_masks = layout.masks(group)
+    flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
+    out = torch.empty_like(flat)
+    if layout.single is not None:
+        q = flat.index_select(0, layout.first_token)[:, :, None]  # each slot's first token: [slots, heads, 1, dim]
+        o = _gqa(q, key, value, single_mask, scaling, group)[:, :, 0]
+        rows, tokens = layout.single
+        out.index_copy_(0, tokens, o.index_select(0, rows))
+    for (a, b, width, tokens, row, step), mask in zip(layout.runs, run_masks):
+        grid = flat.new_zeros((b - a, width, heads, flat.shape[-1]))
+        grid[row, step] = flat.index_select(0, tokens)
+        o = _gqa(grid.transpose(1, 2), key[a:b], value[a:b], mask, scaling, group).transpose(1, 2)
+        out.index_copy_(0, tokens, o[row, step])
+    return out[None]
+
+
+def _gqa(query, key, value, mask, scaling, group: int) -> torch.Tensor:
+    """SDPA with a group's query heads stacked along the query axis ([rows, kv heads, group x queries, dim]), so
+    the keys and values are never repeated per query head; the mask comes repeated so."""
+    rows, heads, queries, dim = query.shape
+    if group > 1:
+        query = query.reshape(rows, heads // group, group * queries, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(rows, heads, queries, dim)
 
 
 def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """scaled_dot_product_attention for grouped-query models without expanding the keys and values.
-
-    transformers' SDPA path repeats every layer's keys and values once per query head of a group whenever a mask
-    is given (to stay on CUDA's fused kernels), which copies the whole cache again each step. Here the query heads
-    of a group are stacked along the query axis instead ([rows, kv heads, group x queries, dim]) and the mask is
-    repeated along that axis: the small tensors are copied, not the cache."""
+    """The attention our judges run with: ragged_attention in the engine's passes (kwargs ragged_pass), else
+    scaled_dot_product_attention for grouped-query models without expanding the keys and values (a plain call of
+    the model, as outlines' generate makes: transformers' SDPA path repeats every layer's keys and values once per
+    query head of a group whenever a mask is given, which copies the whole cache again each step)."""
+    layout = kwargs.get("ragged_pass")
+    if layout is not None:
+        return ragged_attention(query, key, value, layout, scaling), None
     rows, heads, queries, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
@@ -359,22 +412,17 @@ def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, s
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if mask is None and causal and queries > 1:  # no mask given: causal, the queries being the last positions
         mask = torch.ones((queries, keys), dtype=torch.bool, device=query.device).tril(keys - queries)[None, None]
-    if group > 1:
-        query = query.reshape(rows, kv_heads, group * queries, dim)
-        if mask is not None:
-            mask = mask.expand(mask.shape[0], 1, queries, keys).repeat(1, 1, group, 1)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling
-    )
-    out = out.reshape(rows, heads, queries, dim).transpose(1, 2).contiguous()
-    return out, None
+    if mask is not None and group > 1:
+        mask = mask.expand(mask.shape[0], 1, queries, keys).repeat(1, 1, group, 1)
+    out = _gqa(query, key, value, mask, scaling, group)
+    return out.transpose(1, 2).contiguous(), None
 
 
 ATTENTION = "offline_sumscore_gqa_sdpa"
 
 
 def register_attention() -> str:
-    """Register grouped_query_sdpa with transformers (with SDPA's boolean masks); returns its name."""
+    """Register grouped_query_sdpa with transformers (with SDPA's boolean masks for plain calls); returns its name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 

@@ -36,6 +36,10 @@ class Row:
     score_from: int | None = None  # likelihood rows: index in prompt_ids of the continuation's first token
     logprob_sum: float = 0.0  # likelihood rows: summed log-probabilities of the continuation's tokens so far
     logprob_count: int = 0
+    context: Any = None  # drafts.NgramIndex of prompt_ids + out, built when the row first drafts
+    slot: int | None = None  # its KV slot in the running batch
+    admitted: int = 0  # its place in the order of admission
+    store_after: int = 0  # a prefix of its prompt to put in the prefix store once its next pass has computed it
     started: float = 0.0
     done: bool = False
     answered: bool = False  # its result has gone back to the feed
@@ -47,14 +51,14 @@ class Row:
 
     def restart(self) -> None:
         """Back to its prompt: a preempted row is rerun from scratch (greedy decoding makes the rerun identical)."""
-        self.matcher = None
+        self.matcher, self.context, self.store_after = None, None, 0
         self.pending, self.out, self.choice_probs = [], [], []
         self.decoded = self.forced = self.position = 0
 
     @property
     def feed_from(self) -> int:
-        """Tokens from here on go through a step, where their logits are read: the last prompt token of a row
-        that generates, the token before the continuation of a likelihood row. All before can be prefilled."""
+        """Tokens from here on are read: the last prompt token of a row that generates, the token before the
+        continuation of a likelihood row. A shared prefix ends before it."""
         return len(self.prompt_ids) - 1 if self.score_from is None else self.score_from - 1
 
 
@@ -75,42 +79,41 @@ class Unit:
 
 @dataclass
 class Batch:
-    """The running batch: its rows and their KV slots (keys, values and attention mask; row i of the mask is row i
-    of every layer, see kv_slots.py)."""
+    """The running batch: its rows by KV slot (None: a free slot) and the slots (kv_slots.py). A finished row frees
+    its slot, which the next admitted row takes; no row ever moves."""
 
     cache: Any = None  # KVSlots
-    rows: list[Row] = field(default_factory=list)
+    rows: list[Row | None] = field(default_factory=list)
+    admitted: int = 0  # rows admitted so far: each row's order of admission, for preemption
 
     @property
     def live(self) -> list[Row]:
-        return [r for r in self.rows if not r.done]
+        return [r for r in self.rows if r is not None and not r.done]
 
     @property
     def width(self) -> int:
         return self.cache.width if self.cache is not None else 0
 
-    def compact(self) -> None:
-        """Drop finished rows (one gather of the live rows' keys and values), then the leading columns no row
-        attends any more."""
-        keep = [i for i, r in enumerate(self.rows) if not r.done]
-        if not keep:
-            self.clear()
-            return
-        if len(keep) < len(self.rows):
-            self.cache.select(keep)
-            self.rows = [self.rows[i] for i in keep]
-            self.cache.trim()
+    def place(self, rows: list[Row]) -> None:
+        """Slots for new rows (the lowest free first)."""
+        slots = self.cache.place(len(rows))
+        self.rows += [None] * (self.cache.rows - len(self.rows))
+        for row, slot in zip(rows, slots):
+            row.slot, row.admitted = slot, self.admitted
+            self.admitted += 1
+            self.rows[slot] = row
 
-    def join(self, cache, rows: list[Row]) -> None:
-        if self.cache is None or not self.rows:
-            self.cache, self.rows = cache, list(rows)
-        else:
-            self.cache.join(cache)
-            self.rows = self.rows + list(rows)
+    def release(self, rows: list[Row]) -> None:
+        """Free the slots of these rows (finished, or sent back to wait)."""
+        self.cache.release([r.slot for r in rows])
+        for r in rows:
+            self.rows[r.slot], r.slot = None, None
+        del self.rows[self.cache.rows :]
 
-    def keep_first(self, n: int) -> None:
-        self.cache.select(list(range(n)))
-        self.rows = self.rows[:n]
+    def release_finished(self) -> None:
+        done = [r for r in self.rows if r is not None and r.done]
+        if done:
+            self.release(done)
 
     def clear(self) -> None:
         self.cache, self.rows = None, []
@@ -143,14 +146,12 @@ class Scheduler:
     def schedule(self, batch: Batch) -> list[Unit]:
         """The waiting units that fit next to the running batch, in order; the first always goes when the batch is
         empty (it fails alone if it cannot run at all)."""
-        used = len(batch.rows) * batch.width
-        rows = len(batch.rows)
+        rows = len(batch.live)
+        used = rows * batch.width
         chosen: list[Unit] = []
         while self.waiting:
             unit = self.waiting[0]
-            if (used + unit.cost > self.token_budget or rows + len(unit.rows) > self.max_rows) and (
-                batch.rows or chosen
-            ):
+            if (used + unit.cost > self.token_budget or rows + len(unit.rows) > self.max_rows) and (rows or chosen):
                 break
             chosen.append(self.waiting.pop(0))
             used += unit.cost
@@ -164,15 +165,15 @@ class Scheduler:
     def preempt(self, batch: Batch) -> list[Row]:
         """Out of memory in a step: the newest half of the running rows go back to wait, from scratch. Returns them
         (empty when one row is left: it cannot run even alone)."""
-        batch.compact()
-        if len(batch.rows) <= 1:
+        batch.release_finished()
+        live = sorted(batch.live, key=lambda r: r.admitted)
+        if len(live) <= 1:
             return []
-        cut = len(batch.rows) // 2
-        sent = batch.rows[cut:]
+        sent = live[len(live) // 2 :]
+        batch.release(sent)
         for row in sent:
             row.restart()
         self.put_back([Unit.alone(row) for row in sent])
-        batch.keep_first(cut)
         return sent
 
 
@@ -222,6 +223,13 @@ class PrefixStore:
         self.hits += 1
         self.hit_tokens += n
         return [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv], n
+
+    def holds(self, tokens: list[int]) -> bool:
+        """Whether exactly this prefix is stored (it becomes the most recently used)."""
+        key = self.exact.get(tuple(tokens))
+        if key is not None:
+            self.entries.move_to_end(key)
+        return key is not None
 
     def add(self, tokens: list[int], kv: list) -> None:
         """Store a prefix's keys and values (copied by the caller: nothing here holds the running batch)."""

@@ -1,9 +1,9 @@
 """Faults a GPU run would meet, made visible on the CPU with the real embedded judge.
 
-- CUDA's attention kernels can return NaN for a query row that may attend to no position; an attention function
-  that does exactly that is registered here, and the engine's rows must not change under it.
+- CUDA's attention kernels can return NaN for a query row that may attend to no position; the engine's attention
+  is run here with exactly that behaviour, and its rows must not change under it (no query row ever is blind).
 - Out of memory can strike inside a forward pass (in any decoder layer, or in the vocabulary projection after it);
-  it is raised here from hooks on a layer and on the head, in a prefill, a decoding step and a likelihood pass.
+  it is raised here from hooks on a layer and on the head, in an admission, a decoding step and a likelihood pass.
 - Every synchronisation with the device stalls a GPU's queue: the operations that would synchronise are counted
   per decoding step.
 - A step must not copy the cache: no concatenation of keys and values, no expansion of them per query head.
@@ -15,10 +15,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
-from transformers import AttentionInterface
 from transformers.integrations import sdpa_attention
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from offline_sumscore.engine import kv_slots
 from offline_sumscore.engine.executor import TransformersEngine, _unpack
 from tests.engine.test_engine_on_embedded_judge import mix, same
 
@@ -31,33 +30,25 @@ def reference(judge):
 
 
 # -- rows that attend to nothing ----------------------------------------------------------------------------
-BLIND: list[int] = []
+def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(judge, reference, monkeypatch):
+    blind, calls = [], []
 
+    def nan_on_blind_rows(query, key, value, mask, scaling, group):
+        """The engine's attention call, except that a query row whose mask allows no key gets NaN, as CUDA's
+        kernels can give."""
+        rows, heads, queries, dim = query.shape
+        stacked = query.reshape(rows, heads // group, group * queries, dim)
+        out = torch.nn.functional.scaled_dot_product_attention(stacked, key, value, attn_mask=mask, scale=scaling)
+        calls.append(1)
+        nothing = ~mask.any(-1)  # [rows, 1, group x queries]
+        if nothing.any():
+            blind.append(int(nothing.sum()))
+            out = out.masked_fill(nothing[..., None], float("nan"))
+        return out.reshape(rows, heads, queries, dim)
 
-def nan_on_blind_rows(module, query, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention, except that a query row whose mask allows no key gets NaN, as CUDA can."""
-    out, weights = sdpa_attention.sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    if attention_mask is not None and attention_mask.dtype == torch.bool:
-        blind = ~attention_mask[:, :, :, : key.shape[2]].any(-1)  # [rows, 1, queries]
-        if blind.any():
-            BLIND.append(int(blind.sum()))
-            out = out.masked_fill(blind[:, 0, :, None, None], float("nan"))
-    return out, weights
-
-
-def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(judge, reference):
-    AttentionInterface.register("nan_on_blind_rows", nan_on_blind_rows)
-    AttentionMaskInterface.register("nan_on_blind_rows", sdpa_mask)
-    before = judge.model.config._attn_implementation
-    BLIND.clear()
-    judge.model.set_attn_implementation("nan_on_blind_rows")
-    try:
-        engine = TransformersEngine(judge)
-        assert engine.describe()["attention"] == "nan_on_blind_rows"
-        results = engine.run(mix())
-    finally:
-        judge.model.set_attn_implementation(before)
-    assert BLIND == []
+    monkeypatch.setattr(kv_slots, "_gqa", nan_on_blind_rows)
+    results = TransformersEngine(judge).run(mix())
+    assert calls and blind == []
     same(reference, results)
 
 
@@ -65,7 +56,7 @@ def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(ju
 @pytest.mark.parametrize(
     "where,phase",
     [
-        ("layer", "_prefill"),
+        ("layer", "_place"),
         ("layer", "_step"),
         ("head", "_step"),
         ("layer", "_likelihood_pass"),
@@ -86,14 +77,16 @@ def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, 
 
         return wrapped
 
-    for name in ("_prefill", "_step", "_likelihood_pass"):
+    for name in ("_place", "_step", "_likelihood_pass"):
         setattr(engine, name, tracked(name, getattr(engine, name)))
     layers = judge.model.get_decoder().layers
     module = layers[len(layers) // 2] if where == "layer" else judge.model.get_output_embeddings()
 
     def hook(_module, args, kwargs):
-        hidden = args[0] if args else kwargs["hidden_states"]
-        if state["phase"] == phase and hidden.shape[0] > 1 and not state["raised"]:
+        hidden = (
+            args[0] if args else kwargs["hidden_states"]
+        )  # [1, tokens, hidden] in a layer, [reads, hidden] at the head
+        if state["phase"] == phase and hidden.shape[-2] > 1 and not state["raised"]:
             state["raised"] += 1
             raise torch.OutOfMemoryError(f"injected in the {where} during {phase}")
 
@@ -108,20 +101,20 @@ def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, 
 
 def test_an_admission_that_runs_out_of_memory_waits_for_running_rows_to_leave(judge, reference):
     engine = TransformersEngine(judge, batch_size=4)
-    original, counts = engine._prefill, {"tries": 0, "steps": 0}
+    original, counts = engine._place, {"tries": 0, "steps": 0}
     step = engine._step
 
-    def prefill(units, joining=True):
-        if joining:  # no room for new rows while any run: only an empty batch admits
+    def place(units, batch):
+        if batch.live:  # no room for new rows while any run: only an empty batch admits
             counts["tries"] += 1
             raise torch.OutOfMemoryError("injected: no room next to the running rows")
-        return original(units, joining)
+        return original(units, batch)
 
     def counted_step(batch):
         counts["steps"] += 1
         return step(batch)
 
-    engine._prefill, engine._step = prefill, counted_step
+    engine._place, engine._step = place, counted_step
     results = engine.run(mix())
     same(reference, results)
     # Each refused admission is tried again only once a running row has left, not at every step.
@@ -220,7 +213,7 @@ def test_host_work_per_step_at_512_rows_takes_less_than_the_vocabulary_unpack_it
             times.append(time.perf_counter() - began)
         return min(times)
 
-    now = best(lambda: engine._masks(rows, live))
+    now = best(lambda: engine._masks(rows, live, {}, {i: i for i in live}))
     bitmask = engine._bitmask[:512]
 
     def old():

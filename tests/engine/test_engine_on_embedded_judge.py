@@ -3,7 +3,7 @@
 The engine never knows a metric, so these tests send it a fixed mix of stage requests, the kinds the scorers send:
 JSON lists (claims, questions), yes-no verdicts with and without a reason, and likelihood requests with their
 baselines. Each comparison runs the mix through two engine configurations and asserts the same greedy text
-(exact), the same P(yes) (to 1e-3: padding changes float sums slightly) and the same likelihoods (to 1e-4).
+(exact), the same P(yes) (to 1e-3: a pass's shape changes float sums slightly) and the same likelihoods (to 1e-4).
 """
 
 import pytest
@@ -108,10 +108,11 @@ def test_shared_prefix_rows_equal_unshared_rows(judge, full):
     assert full[1].prefill_tokens < stats.prefill_tokens  # each source and summary prefix was computed once
 
 
-def test_packed_passes_equal_dense_passes(judge, full):
-    dense, stats = run(judge, token_packing=False)
-    same(full[0], dense)
-    assert full[1].packed_passes > 0 and stats.packed_passes == 0  # the holed passes really ran packed
+def test_drafted_rows_equal_rows_decoded_one_token_a_step(judge, full):
+    plain, stats = run(judge, drafts=False)
+    same(full[0], plain)
+    assert full[1].accepted_draft_tokens > 0 and stats.draft_tokens == 0  # drafts were fed, and some were kept
+    assert full[1].forward_passes < stats.forward_passes and full[1].decoded_tokens == stats.decoded_tokens
 
 
 def test_forced_tokens_and_logit_verdicts_equal_token_by_token_decoding(judge, full):

@@ -1,4 +1,4 @@
-"""KVSlots on a small made-up geometry, against the plain concatenation it replaces (no model)."""
+"""KVSlots and ragged attention on a small made-up geometry, against plain per-row attention (no model)."""
 
 import types
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from offline_sumscore.engine.kv_slots import KVSlots, grouped_query_sdpa
+from offline_sumscore.engine.kv_slots import KVSlots, RaggedPass, grouped_query_sdpa, ragged_attention
 
 CONFIG = types.SimpleNamespace(
     num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, head_dim=3, hidden_size=12
@@ -15,120 +15,143 @@ CONFIG = types.SimpleNamespace(
 
 @pytest.fixture(autouse=True)
 def garbage_in_fresh_buffers(monkeypatch):
-    """Fresh buffers are uninitialised memory; here they are NaN, so any region that enters the window without
-    being zeroed or written shows up as a NaN (every test below runs so, and write() checks the whole window)."""
+    """Fresh buffers are uninitialised memory; here they are NaN, so any region a pass attends without its being
+    zeroed or written first shows up as a NaN (every test below runs so, and feed() checks the attended span)."""
     monkeypatch.setattr(
         KVSlots, "_uninitialised", lambda self, shape: torch.full(shape, float("nan"), dtype=self.dtype)
     )
 
 
-def finite_window(s):
-    return all(torch.isfinite(b[: s.rows, :, s.start : s.end]).all() for b in s.key_buffers + s.value_buffers)
-
-
 def slots(rows=0):
     s = KVSlots(CONFIG, dtype=torch.float32, device="cpu")
-    s.add_rows(rows)
+    s.place(rows)
     return s
 
 
-def write(s, mask):
-    """One pass: every layer writes keys = values = a running number per (row, column)."""
-    mask = np.array(mask, dtype=np.int64)
-    full = s.begin(mask)
-    rows, w = mask.shape
-    new = torch.arange(rows * w, dtype=torch.float32).view(rows, 1, w, 1).expand(rows, 2, w, 3) + 100 * s.end
-    for layer in range(2):
-        keys, values = s.update(new, new, layer)
+def feed(s, counts, layers=2):
+    """One pass: slot r feeds counts[r] tokens; every layer writes keys = values = a running number per token,
+    from 100 x the pass's number on. Returns what the last layer attended (keys over the pass's span)."""
+    layout = s.begin(list(counts))
+    new = (torch.arange(layout.tokens, dtype=torch.float32) + 100 * s.reallocations + 1000 * feed.calls)[
+        None, None, :, None
+    ].expand(1, 2, layout.tokens, 3)
+    feed.calls += 1
+    for layer in range(layers):
+        keys, _ = s.layers[layer].update(new, new)
+    assert torch.isfinite(keys).all()  # every column a pass attends holds finite values
     s.commit()
-    assert finite_window(s)
-    return full, keys
+    return keys
 
 
-def test_a_pass_writes_by_index_and_returns_the_window_without_moving_the_buffers():
+feed.calls = 0
+
+
+def row_tokens(s, slot, layer=0):
+    return s.key_buffers[layer][slot, 0, : s.filled[slot], 0].tolist()
+
+
+def test_a_pass_writes_each_row_after_its_own_last_token_and_moves_no_buffer():
     s = slots(2)
-    write(s, [[1, 1, 1], [1, 1, 0]])
+    feed(s, [3, 1])
     buffer = s.key_buffers[0].data_ptr()
     for _ in range(5):  # one-token steps within capacity: no reallocation, no copy of the cache
-        full, keys = write(s, [[1], [1]])
-    assert s.key_buffers[0].data_ptr() == buffer and s.width == 8
-    assert keys.shape == (2, 2, 8, 3) and full.tolist()[1] == [1, 1, 0, 1, 1, 1, 1, 1]
+        feed(s, [1, 1])
+    assert s.key_buffers[0].data_ptr() == buffer and s.filled == [8, 6] and s.width == 8
+    before = row_tokens(s, 1)
+    keys = feed(s, [0, 2])  # a row that feeds nothing keeps its tokens; the other's go right after its own
+    assert s.filled == [8, 8] and row_tokens(s, 1)[:6] == before and keys.shape == (2, 2, 8, 3)
 
 
-def test_a_pass_that_raises_halfway_leaves_the_window_and_mask_as_they_were():
+def test_a_pass_that_raises_halfway_leaves_every_row_as_it_was():
     s = slots(2)
-    write(s, [[1, 1], [1, 1]])
-    before = (s.width, s.mask.clone())
-    s.begin(np.ones((2, 3), dtype=np.int64))
-    s.update(torch.ones(2, 2, 3, 3), torch.ones(2, 2, 3, 3), 0)  # layer 0 wrote, layer 1 never did
+    feed(s, [2, 2])
+    before = [row_tokens(s, r) for r in range(2)]
+    s.begin([3, 1])
+    s.layers[0].update(torch.ones(1, 2, 4, 3), torch.ones(1, 2, 4, 3))  # layer 0 wrote, layer 1 never did
     s.abort()
-    assert s.width == before[0] and torch.equal(s.mask, before[1])
-    full, _ = write(s, [[1], [1]])  # the next pass overwrites the forgotten columns
-    assert full.shape == (2, 3)
+    assert s.filled == [2, 2] and [row_tokens(s, r) for r in range(2)] == before
+    feed(s, [1, 1])  # the next pass writes over the forgotten columns
+    assert s.filled == [3, 3]
 
 
-def test_join_left_pads_the_narrower_side_and_trim_drops_columns_no_row_attends():
-    a, b = slots(1), slots(2)
-    write(a, [[1, 1]])
-    write(b, [[1, 1, 1, 1], [0, 1, 1, 1]])
-    a.join(b)
-    assert a.rows == 3 and a.width == 4
-    assert a.mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]]
-    assert a.first == [2, 0, 1]
-    a.select([0, 2])  # row 1 left
-    a.trim()
-    assert a.mask.tolist() == [[0, 1, 1], [1, 1, 1]] and a.first == [1, 0]
-    assert torch.equal(a.layers[0].keys[1, 0, :, 0], torch.tensor([1.0, 2.0, 3.0]) + 4)  # b's row 1, columns 1..3
+def test_tokens_given_back_are_written_over_by_the_rows_next_pass():
+    s = slots(2)
+    feed(s, [2, 2])
+    feed(s, [5, 1])  # row 0 fed four draft tokens; the judge kept one of them
+    s.give_back([(0, 3)])
+    assert s.filled == [4, 3]
+    feed(s, [1, 1])
+    assert s.filled == [5, 4] and row_tokens(s, 0)[4] != row_tokens(s, 0)[3] + 1  # a new pass's token at column 4
+
+
+def test_a_finished_rows_slot_goes_to_the_next_row_and_trailing_free_slots_leave_the_span():
+    s = slots(4)
+    feed(s, [2, 2, 2, 2])
+    s.release([1, 3])
+    assert s.rows == 3 and s.used == [True, False, True] and s.filled == [2, 0, 2]
+    assert s.place(2) == [1, 3]  # the lowest free slot first, then past the end
+    assert s.filled == [2, 0, 2, 0]
+    feed(s, [1, 3, 1, 3])
+    assert s.filled == [3, 3, 3, 3]
+    with pytest.raises(RuntimeError, match="free slot"):
+        s.release([2])
+        s.begin([1, 1, 1, 1])
 
 
 def test_the_cache_grows_when_full_and_keeps_every_row():
     s = slots(1)
-    write(s, [[1] * 60])
-    reference = s.layers[1].keys.clone()
-    write(s, [[1] * 10])  # past the first 64 columns: one reallocation
-    assert s.reallocations == 2 and torch.equal(s.layers[1].keys[:, :, :60], reference)
-    s.select([0] * 20)  # past the first 8 rows
-    assert s.rows == 20 and torch.equal(s.layers[1].keys[19, :, :60], reference[0])
+    feed(s, [60])
+    reference = row_tokens(s, 0, layer=1)
+    feed(s, [10])  # past the first 64 columns: one reallocation
+    assert s.reallocations == 2 and row_tokens(s, 0, layer=1)[:60] == reference
+    placed = s.place(20)  # past the first 8 slots
+    s.fork(0, placed, 60)
+    assert s.rows == 21 and row_tokens(s, 20, layer=1) == reference
 
 
-@pytest.mark.parametrize("index", [[0, 0, 0, 1, 1, 2], [0, 1, 1, 1, 2, 2, 2], [0, 0, 1, 2, 2]])
-def test_a_fork_in_place_equals_a_gather_of_the_rows(index):
-    sources = max(index) + 1
-    forked, gathered = slots(sources), slots(sources)
-    for s in (forked, gathered):
-        write(s, [[1, 1, 1], [0, 1, 1], [1, 1, 0]][:sources])
-    forked.reserve(len(index))  # room already there: the fork runs in place, row runs from the last one back
-    buffer = forked.key_buffers[0].data_ptr()
-    forked.select(index)
-    at = torch.tensor(index)
-    expected = [k[:, :, gathered.start : gathered.end].index_select(0, at) for k in gathered.key_buffers]
-    assert forked.key_buffers[0].data_ptr() == buffer
-    assert all(
-        torch.equal(k[: len(index), :, forked.start : forked.end], e) for k, e in zip(forked.key_buffers, expected)
-    )
-    assert torch.equal(forked.mask, gathered.mask.index_select(0, at)) and forked.first == [
-        gathered.first[i] for i in index
-    ]
+def test_a_fork_copies_the_first_tokens_of_one_slot_into_others_and_a_write_stores_given_ones():
+    s = slots(5)
+    feed(s, [4, 1, 1, 1, 1])
+    s.fork(0, [1, 2, 4], 3)
+    assert s.filled == [4, 3, 3, 1, 3]
+    assert row_tokens(s, 4) == row_tokens(s, 0)[:3] == row_tokens(s, 2)
+    kv = s.row_kv(0, 4)
+    s.write(3, kv, 4)
+    assert row_tokens(s, 3) == row_tokens(s, 0) and s.filled[3] == 4
 
 
-@pytest.mark.parametrize("keep", [[1, 2, 3, 4, 5, 6], [0, 2, 5, 6], [3, 4, 6], [0, 1, 2]])
-def test_a_compaction_in_place_equals_a_gather_of_the_kept_rows(keep):
-    moved, gathered = slots(7), slots(7)
-    mask = [[1] * 6, [0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [1] * 6, [0, 0, 0, 1, 1, 1], [1] * 6, [0, 1, 1, 1, 1, 1]]
-    for s in (moved, gathered):
-        write(s, mask)
-    at = torch.tensor(keep)
-    expected = [k[:, :, gathered.start : gathered.end].index_select(0, at) for k in gathered.key_buffers]
-    buffer = moved.key_buffers[0].data_ptr()
-    moved.select(keep)
-    cut = min(moved.first)
-    assert moved.key_buffers[0].data_ptr() == buffer
-    assert torch.equal(moved.mask, gathered.mask.index_select(0, at))
-    # every column a kept row can attend holds its keys (the ones before `cut` are masked for all, and trimmed)
-    for k, e in zip(moved.key_buffers, expected):
-        assert torch.equal(k[: len(keep), :, moved.start + cut : moved.end], e[:, :, cut:])
-    moved.trim()
-    assert moved.width == 6 - cut and finite_window(moved)
+def reference_attention(q, keys, values, filled, counts, group):
+    """Each row alone: its new tokens' queries over its own columns [0, filled + count), causal."""
+    out, t = [], 0
+    for r, (f, n) in enumerate(zip(filled, counts)):
+        for j in range(n):
+            qq = q[0, :, t]  # [heads, dim]
+            k = keys[r, :, : f + j + 1].repeat_interleave(group, 0)
+            v = values[r, :, : f + j + 1].repeat_interleave(group, 0)
+            weights = torch.softmax((qq[:, None, :] * k).sum(-1) / np.sqrt(q.shape[-1]), -1)
+            out.append((weights[..., None] * v).sum(1))
+            t += 1
+    return torch.stack(out)[None]
+
+
+@pytest.mark.parametrize(
+    "counts", [[1, 1, 1], [4, 1, 0, 3, 3], [2, 0, 1, 5, 1, 2, 1, 3, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2]]
+)
+@pytest.mark.parametrize("merge_runs", [False, True])
+def test_ragged_attention_equals_each_rows_own_causal_attention(counts, merge_runs):
+    torch.manual_seed(0)
+    rows, group = len(counts), 2
+    filled = np.array([(3 * r) % 7 + 1 for r in range(rows)])
+    stop = int((filled + np.array(counts)).max())
+    keys, values = torch.randn(rows, 2, stop, 3), torch.randn(rows, 2, stop, 3)
+    layout = RaggedPass(filled, np.array(counts), torch.device("cpu"), merge_runs=merge_runs)
+    q = torch.randn(1, 4, layout.tokens, 3)
+    got = ragged_attention(q, keys, values, layout, None)
+    assert got.shape == (1, layout.tokens, 4, 3)
+    assert torch.allclose(got, reference_attention(q, keys, values, filled, counts, group), atol=1e-5)
+    single, runs = layout.masks(group)
+    for mask in ([single] if single is not None else []) + runs:  # no query row may attend to nothing
+        assert mask.any(-1).all()
 
 
 @pytest.mark.parametrize("queries", [1, 3])
@@ -144,23 +167,16 @@ def test_grouped_query_attention_equals_attention_over_repeated_keys(queries):
     assert torch.allclose(out, ref, atol=1e-6)
 
 
-def test_every_way_into_the_window_zeroes_or_writes_what_fresh_memory_held():
-    a, b = slots(1), slots(2)
-    write(a, [[1, 1]])
-    write(b, [[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
-    a.join(b)  # a's row gains three columns on the left; b's rows land right-aligned
-    a.add_rows(2)  # rows with nothing attended yet
-    a.open_columns(3)  # stored prefixes are written into some rows only
-    a.write_row(3, [(torch.ones(1, 2, 3, 3), torch.ones(1, 2, 3, 3))] * 2, 3)
-    assert finite_window(a)
-    a.select([0, 1, 1, 2, 3, 4])  # a fork
-    a.select([1, 3, 5])  # a compaction
-    a.trim()
-    c = slots(1)
-    write(c, [[1] * 20])
-    a.join(c)  # wider than a: a's rows gain columns on the left, in the slack a reallocation left there
-    d = slots(1)
-    write(d, [[1, 1]])
-    a.join(d)  # narrower than a: its row is masked, and zeroed, left of its two columns
-    write(a, [[1], [1], [1], [1], [1]])
-    assert a.rows == 5 and finite_window(a)
+def test_every_way_into_the_attended_span_zeroes_or_writes_what_fresh_memory_held():
+    s = slots(1)
+    feed(s, [2])
+    s.place(3)  # new slots inside the span's columns
+    kv = [(torch.ones(1, 2, 5, 3), torch.ones(1, 2, 5, 3))] * 2
+    s.write(2, kv, 5)  # wider than the span was: every slot's new columns are zeroed
+    s.fork(2, [3], 4)
+    feed(s, [1, 3, 1, 1])
+    s.release([0])
+    s.place(12)  # past the first 8 slots: one reallocation, whose fresh rows are zeroed as they join the span
+    feed(s, [1] * s.rows)
+    feed(s, [70] + [1] * (s.rows - 1))  # past the first 64 columns: a reallocation, then zeroed as attended
+    assert s.rows == 15 and s.filled[0] == 71
