@@ -487,49 +487,57 @@ class TransformersEngine:
             self.store.add(prefix, slots.row_kv(slot, len(prefix)))
 
     def _place(self, units: list[Unit], batch: Batch) -> None:
-        """Each unit's rows into free slots of the running batch, with what their prompts can take without a pass
-        of their own: the longest stored part of the unit's prefix, copied from the prefix store into its first
-        row. A unit of several rows computes the rest of its prefix there (one pass over those slots only) and
-        copies it into the others' slots. What is left of each row's prompt is its pending input: it rides in the
-        next step, beside the running rows' tokens (a one-row unit's prefix goes to the store after that step)."""
+        """Each unit's rows into free slots of the running batch, with what their prompts can take without a pass:
+        the longest stored part of the unit's prefix, copied from the prefix store into its first row. Everything
+        else rides in the next steps, beside the running rows' tokens (chunked prefill: no pass of its own). A unit
+        of several rows computes the rest of its prefix once, in its first row, which feeds its whole remainder in
+        the next step; after that step the prefix is copied into the other rows' slots, and they feed their own
+        remainders in the step after."""
         rows = [row for unit in units for row in unit.rows]
         batch.place(rows)
         try:
             found = self._stored([u.prefix for u in units])
-            computed = []  # units of several rows whose prefix is computed now, in their first row's slot
             for unit, (kv, n) in zip(units, found):
                 if n:
                     batch.cache.write(unit.rows[0].slot, kv, n)
                     self.stats.stored_tokens += n
-                if len(unit.rows) > 1 and n < len(unit.prefix):
-                    computed.append((unit, n))
-            if computed:
-                feeds, starts = [[] for _ in range(batch.cache.rows)], [0] * batch.cache.rows
-                for unit, n in computed:
-                    feeds[unit.rows[0].slot], starts[unit.rows[0].slot] = unit.prefix[n:], n
-                    self.stats.prefill_tokens += len(unit.prefix) - n
-                self._pass(batch.cache, feeds, starts)
-                for unit, _ in computed:
-                    self._store(unit.prefix, batch.cache, unit.rows[0].slot)
-            for unit in units:
-                if len(unit.rows) > 1:
-                    batch.cache.fork(unit.rows[0].slot, [r.slot for r in unit.rows[1:]], len(unit.prefix))
+                if len(unit.rows) > 1 and n == len(unit.prefix):  # found whole: nothing to compute first
+                    batch.cache.fork(unit.rows[0].slot, [r.slot for r in unit.rows[1:]], n)
         except BaseException:
             batch.release(rows)
             raise
         now = time.perf_counter()
         for unit, (_, n) in zip(units, found):
-            shared = len(unit.rows) > 1
+            lead, waiting = unit.rows[0], len(unit.rows) > 1 and n < len(unit.prefix)
             for row in unit.rows:
-                start = len(unit.prefix) if shared else n
-                row.pending, row.position = row.prompt_ids[start:], start
-                row.store_after = len(unit.prefix) if not shared and n < len(unit.prefix) else 0
-                self.stats.prefill_tokens += len(row.prompt_ids) - start  # the prompt's own part
+                start = n if row is lead or len(unit.rows) == 1 else len(unit.prefix)
+                row.pending, row.position = (row.prompt_ids[start:] if row is lead or not waiting else []), start
+                row.store_after = len(unit.prefix) if row is lead and n < len(unit.prefix) else 0
+                row.waits_for = lead if waiting and row is not lead else None
+                self.stats.prefill_tokens += len(row.prompt_ids) - start  # the tokens its own passes compute
                 row.started = now
                 row.matcher = self.grammars.matcher(row.request.grammar)
                 if self.forced_tokens:
                     self._take_forced(row)
                 self._finish_if_complete(row)
+            if waiting and not lead.done:
+                lead.siblings = unit.rows[1:]
+            elif waiting:  # its grammar took nothing (so it feeds nothing): each row computes the prefix itself
+                for row in unit.rows[1:]:
+                    if n:
+                        batch.cache.fork(lead.slot, [row.slot], n)
+                    row.pending, row.position, row.waits_for = row.prompt_ids[n:] + row.pending, n, None
+                    self.stats.prefill_tokens += len(unit.prefix) - n
+
+    def _release_siblings(self, lead: Row, cache: KVSlots) -> None:
+        """The lead's step has computed the unit's prefix: into the waiting rows' slots, and their own remainders
+        (before any forced tokens already taken) become their pending input."""
+        shared = lead.store_after
+        cache.fork(lead.slot, [r.slot for r in lead.siblings], shared)
+        for row in lead.siblings:
+            row.pending = row.prompt_ids[shared:] + row.pending
+            row.position, row.waits_for = shared, None
+        lead.siblings = []
 
     def _finish_if_complete(self, row: Row) -> None:
         """A grammar that allows nothing but the end token has nothing left to read from the model: the row ends
@@ -644,7 +652,7 @@ class TransformersEngine:
         # A row whose grammar is complete finished when its last token was taken (_finish_if_complete), without
         # a pass. Every other live row has pending tokens (its prompt's rest, or its last pick and what the grammar
         # forces after it): all of them go in this pass, and its next token is read after them.
-        feeding = [s for s, r in enumerate(rows) if r is not None and not r.done and r.pending]
+        feeding = [s for s, r in enumerate(rows) if r is not None and not r.done and r.pending and not r.waits_for]
         if not feeding:
             return
         # Each row may feed a draft after its pending tokens (drafts.py); the judge's pick is then read before
@@ -677,6 +685,8 @@ class TransformersEngine:
             row.pending = []
             if row.store_after:  # its prompt's prefix is in its slot now
                 self._store(row.prompt_ids[: row.store_after], cache, s)
+                if row.siblings:
+                    self._release_siblings(row, cache)
                 row.store_after = 0
             if only_eos[s]:  # complete, though llguidance did not say so when its last token went in: nothing to read
                 row.done = True

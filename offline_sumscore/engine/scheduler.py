@@ -40,6 +40,8 @@ class Row:
     slot: int | None = None  # its KV slot in the running batch
     admitted: int = 0  # its place in the order of admission
     store_after: int = 0  # a prefix of its prompt to put in the prefix store once its next pass has computed it
+    siblings: list[Row] = field(default_factory=list)  # rows of its unit waiting for that prefix (it leads them)
+    waits_for: Row | None = None  # the row whose next pass computes this row's prefix
     started: float = 0.0
     done: bool = False
     answered: bool = False  # its result has gone back to the feed
@@ -51,7 +53,7 @@ class Row:
 
     def restart(self) -> None:
         """Back to its prompt: a preempted row is rerun from scratch (greedy decoding makes the rerun identical)."""
-        self.matcher, self.context, self.store_after = None, None, 0
+        self.matcher, self.context, self.store_after, self.siblings, self.waits_for = None, None, 0, [], None
         self.pending, self.out, self.choice_probs = [], [], []
         self.decoded = self.forced = self.position = 0
 

@@ -3,7 +3,8 @@
 - CUDA's attention kernels can return NaN for a query row that may attend to no position; the engine's attention
   is run here with exactly that behaviour, and its rows must not change under it (no query row ever is blind).
 - Out of memory can strike inside a forward pass (in any decoder layer, or in the vocabulary projection after it);
-  it is raised here from hooks on a layer and on the head, in an admission, a decoding step and a likelihood pass.
+  it is raised here from hooks on a layer and on the head, in a step (where admitted rows compute their prompts, as
+  running rows decode) and in a likelihood pass; an admission that finds no room is refused and tried again.
 - Every synchronisation with the device stalls a GPU's queue: the operations that would synchronise are counted
   per decoding step.
 - A step must not copy the cache: no concatenation of keys and values, no expansion of them per query head.
@@ -54,14 +55,7 @@ def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(ju
 
 # -- out of memory anywhere in a pass -----------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "where,phase",
-    [
-        ("layer", "_place"),
-        ("layer", "_step"),
-        ("head", "_step"),
-        ("layer", "_likelihood_pass"),
-        ("head", "_likelihood_pass"),
-    ],
+    "where,phase", [("layer", "_step"), ("head", "_step"), ("layer", "_likelihood_pass"), ("head", "_likelihood_pass")]
 )
 def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, reference, where, phase):
     engine = TransformersEngine(judge)
@@ -77,7 +71,7 @@ def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, 
 
         return wrapped
 
-    for name in ("_place", "_step", "_likelihood_pass"):
+    for name in ("_step", "_likelihood_pass"):
         setattr(engine, name, tracked(name, getattr(engine, name)))
     layers = judge.model.get_decoder().layers
     module = layers[len(layers) // 2] if where == "layer" else judge.model.get_output_embeddings()
