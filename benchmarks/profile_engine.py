@@ -4,13 +4,16 @@
 
 Each engine scores the same frozen inputs as benchmarks/throughput.py (6 samples, 3 questions, the design with
 something to decode) once untimed (warm-up) and once under the profiler. Operator self time is summed into
-categories: matmuls (the weights), attention, KV cache copies (cat, index, copy: merging, forking and compacting
-rows), grammar masks (llguidance's fill and the unpacking of its bitmask, timed around the call), and the rest of
-the wall time, which is Python and everything the profiler does not see as an operator. A third run of each engine,
-without the profiler, times every forward pass by its caller (prefill, decoding step, likelihood) and counts its
-slots (rows x width) against its real tokens. Last, those passes replayed through the bare decoder with nothing
-around them, against the naive loop timed in the same run: the most x naive any scheduling of them could reach.
-Writes benchmarks/results/profile_cpu.{md,json}.
+categories: matmuls (the weights), attention, KV writes and gathers (index_put, index, copy: a pass's keys and
+values into their slots, a shared prefix copied into a unit's rows, the ragged attention's gathers of each run's
+queries), grammar masks (llguidance's fill and the unpacking of its bitmask, timed around the call), and the rest
+of the wall time, which is Python and everything the profiler does not see as an operator. A third run of each
+engine, without the profiler, times every forward pass: the steps that carry prompts (some row feeds more than 16
+tokens: a prompt's remainder rides in a step beside the decoding rows), the decoding steps, and likelihood passes,
+with their tokens (a ragged pass computes those only) against the rows x widest feed a padded grid would have
+computed. Last, those passes replayed through the bare decoder with nothing around them, against the naive loop
+timed in the same run: the most x naive any scheduling of them could reach. Writes
+benchmarks/results/profile_cpu.{md,json}.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ CATEGORIES = [  # first match wins, on the operator's name
     ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm")),
     ("attention", ("scaled_dot_product", "aten::_scaled_dot", "aten::softmax", "aten::_softmax", "flash")),
     (
-        "KV cache copies",
+        "KV writes and gathers",
         (
+            "aten::index_put",
+            "aten::_index_put",
             "aten::cat",
             "aten::index",
             "aten::copy_",
@@ -107,9 +112,9 @@ def profile(judge, make_engine, inputs, caps) -> dict:
 
 
 def passes(judge, make_engine, inputs, caps) -> dict:
-    """One more run, without the profiler (it slows small operators), timing every forward pass by where it was
-    called from: a prefill (an admission's prefix and prompt passes), a decoding step, or a likelihood pass. A pass's
-    slots are rows x width, holes included; its real tokens are the mask's ones."""
+    """One more run, without the profiler (it slows small operators), timing every forward pass: a step that
+    carries prompts (some row feeds more than 16 tokens), a decoding step, or a likelihood pass. Its tokens are what
+    the ragged pass computes; its slots, rows x widest feed, what a padded grid would have."""
     engine = make_engine()
     phase = ["other"]
     log: list[dict] = []
@@ -120,7 +125,7 @@ def passes(judge, make_engine, inputs, caps) -> dict:
         out = run_pass(slots, feeds, starts, commit)
         log.append(
             {
-                "phase": phase[0],
+                "phase": "prompt step" if phase[0] == "step" and max(map(len, feeds)) > 16 else phase[0],
                 "rows": sum(1 for f in feeds if f),
                 "width": max(map(len, feeds)),
                 "real": sum(map(len, feeds)),
@@ -140,14 +145,13 @@ def passes(judge, make_engine, inputs, caps) -> dict:
         return call
 
     engine._pass = timed_pass
-    engine._place = in_phase("prefill", engine._place)
-    engine._step = in_phase("decoding step", engine._step)
+    engine._step = in_phase("step", engine._step)
     engine._likelihood_pass = in_phase("likelihood", engine._likelihood_pass)
     started = time.perf_counter()
     SummarizationScorer(engine=engine, **caps).score_many(inputs, on_error="return")
     wall = time.perf_counter() - started
     by_phase = {}
-    for name in ("prefill", "decoding step", "likelihood"):
+    for name in ("prompt step", "step", "likelihood"):
         mine = [p for p in log if p["phase"] == name]
         if mine:
             by_phase[name] = {
@@ -161,19 +165,19 @@ def passes(judge, make_engine, inputs, caps) -> dict:
 
 
 def bound(judge, log: list[dict], naive_engine, inputs, caps) -> dict:
-    """The least time the engine's own passes could take on this machine: each logged prefill pass's real tokens
-    spread evenly over its rows through the bare decoder (no cache, so no attention over stored columns, no holes),
-    and each decoding step's real tokens as that many rows of one token; nothing between the passes. Against the
-    naive loop timed in the same run, the most x naive any scheduling of these passes could reach here."""
+    """The least time the engine's own passes could take on this machine: each logged step that carries prompts as
+    its tokens spread evenly over its rows through the bare decoder (no cache, so no attention over stored columns),
+    and each decoding step's tokens as that many rows of one token; nothing between the passes. Against the naive
+    loop timed in the same run, the most x naive any scheduling of these passes could reach here."""
     decoder = judge.model.model
     device = judge.model.device
     with torch.inference_mode():
         decoder(input_ids=torch.zeros((1, 8), dtype=torch.long, device=device), use_cache=False)  # warm-up
         started = time.perf_counter()
         for p in log:
-            if p["phase"] == "prefill":  # its rows without holes: as many tokens, attention within each row
+            if p["phase"] == "prompt step":  # as many tokens, attention within each row
                 shape = (p["rows"], -(-p["real"] // p["rows"]))
-            elif p["phase"] == "decoding step":
+            elif p["phase"] == "step":
                 shape = (p["real"], 1)
             else:
                 continue
@@ -236,10 +240,12 @@ def main() -> None:
         "",
         "## Pass by pass",
         "",
-        "Another run of each engine, without the profiler, timing every forward pass by its caller. Slots: rows x "
-        "width, holes included; real: the tokens the pass had to compute.",
+        "Another run of each engine, without the profiler, timing every forward pass. A prompt step carries some "
+        "row's prompt (a feed of more than 16 tokens) beside the decoding rows. Tokens: what the ragged pass "
+        "computes; grid slots: rows x widest feed, what a padded [rows, width] pass would have computed (the share "
+        "of those that would have been padding is in the next column).",
         "",
-        "| engine | wall s | phase | passes | s | s per pass | slots | real tokens | holes | mean rows |",
+        "| engine | wall s | phase | passes | s | s per pass | tokens | grid slots | grid padding | mean rows |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, r in engines_report.items():
@@ -247,7 +253,7 @@ def main() -> None:
         for phase, f in timed["phases"].items():
             lines.append(
                 f"| {name} | {timed['wall_s']:.1f} | {phase} | {f['passes']} | {f['s']:.1f} | "
-                f"{f['s'] / f['passes']:.3f} | {f['slots']} | {f['real_tokens']} | "
+                f"{f['s'] / f['passes']:.3f} | {f['real_tokens']} | {f['slots']} | "
                 f"{1 - f['real_tokens'] / max(f['slots'], 1):.0%} | {f['mean_rows']:.1f} |"
             )
         lines.append(
@@ -257,9 +263,9 @@ def main() -> None:
         "",
         "## The bound",
         "",
-        "The full engine's passes above replayed with nothing around them: each prefill pass's real tokens spread "
-        "evenly over its rows through the bare decoder (no cache: no attention over stored columns, no holes), each "
-        "decoding step's real tokens as that many one-token rows, no Python, copies or grammar between them. Against "
+        "The full engine's passes above replayed with nothing around them: each prompt step's tokens spread "
+        "evenly over its rows through the bare decoder (no cache: no attention over stored columns), each "
+        "decoding step's tokens as that many one-token rows, no Python, copies or grammar between them. Against "
         "the naive loop (rung 0) timed in this run, that is the most x naive loop any scheduling of the same passes "
         "could reach on this machine.",
         "",

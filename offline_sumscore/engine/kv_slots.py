@@ -327,19 +327,20 @@ class RaggedPass:
                 _indices(self.step_of[mine], device),
             )
             self.runs.append((a, b, width, *where))
-        keys = np.arange(max(self.stop, 1))
+        last = max(self.stop, 1) - 1
+        keys = torch.arange(last + 1, device=device)
 
         def allowed(rows: slice, width: int) -> torch.Tensor:
             # A query attends its row's columns up to its own (causal; the row's earlier tokens all come before).
             # A query beyond its row's tokens (a padded run's, or a slot that feeds nothing in the single call)
             # attends up to the last column, never nothing: a query row that may attend to no key is where
-            # CUDA's kernels return NaN.
-            at = np.minimum(filled[rows, None] + np.arange(width)[None, :], max(self.stop, 1) - 1)
-            return torch.from_numpy(keys[None, None, :] <= at[:, :, None])[:, None]  # [rows, 1, width, columns]
+            # CUDA's kernels return NaN. Built on the device from each query's own column: only those travel.
+            at = _indices(np.minimum(filled[rows, None] + np.arange(width)[None, :], last), device)
+            return (keys <= at[:, :, None])[:, None]  # [rows, 1, width, columns]
 
         self._masks = (
-            to_device(allowed(slice(None), 1), device) if self.single is not None else None,
-            [to_device(allowed(slice(a, b), width), device) for a, b, width, *_ in self.runs],
+            allowed(slice(None), 1) if self.single is not None else None,
+            [allowed(slice(a, b), width) for a, b, width, *_ in self.runs],
         )
         self._grouped: dict[int, tuple] = {}
 
