@@ -416,9 +416,16 @@ def main() -> None:
         help="the judge's dtype (default: the loader's auto on the cpu config, float32; the gpu config's random model: "
         "bfloat16 on CUDA, float32 with --allow-cpu)",
     )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs of the whole ladder; each rung's time is the median of its runs (default: 3 on cpu, 1 on gpu)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     cfg = dict(CONFIGS[args.config])
+    args.repeats = args.repeats or (3 if args.config == "cpu" else 1)
     if args.samples:
         cfg["samples"] = args.samples
     if args.questions:
@@ -496,76 +503,93 @@ def main() -> None:
     }
     rows: list[dict] = []
     outputs: dict = {workload: {} for workload in workloads}  # workload -> rung -> results
-    for workload, (items, reference, rungs) in workloads.items():
-        for rung in rungs:
-            label, make, options = ladder[rung]
-            engine = make()
-            scorer = SummarizationScorer(engine=engine, **options)
-            batch = items[:reference] if isinstance(engine, OutlinesEngine) else items
-            if judge.model.device.type == "cuda":
-                torch.cuda.synchronize()
-            watch = judge.model.device.type == "cuda" and rung == "7"
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                if watch:  # every call that makes the host wait for the GPU warns (timed with it: a small cost)
-                    torch.cuda.set_sync_debug_mode("warn")
-                started = time.perf_counter()
-                try:
-                    results = scorer.score_many(batch, on_error="return")
-                finally:
-                    if watch:
-                        torch.cuda.set_sync_debug_mode(0)
+    # Every rung runs `repeats` times, the whole ladder over before any rung again, so that a slow spell of the
+    # machine (the 2-core machines here swing by a fifth within minutes) falls on every rung alike; each rung's
+    # time is the median of its runs, and its range is kept.
+    measured: dict[tuple[str, str], dict] = {}
+    for repeat in range(args.repeats):
+        for workload, (items, reference, rungs) in workloads.items():
+            for rung in rungs:
+                label, make, options = ladder[rung]
+                engine = make()
+                scorer = SummarizationScorer(engine=engine, **options)
+                batch = items[:reference] if isinstance(engine, OutlinesEngine) else items
                 if judge.model.device.type == "cuda":
                     torch.cuda.synchronize()
-                seconds = time.perf_counter() - started
-            syncs = sum(1 for w in caught if "synchroniz" in str(w.message)) if watch else None
-            outputs[workload][rung] = results
-            if isinstance(engine, OutlinesEngine):
-                prefill, forced, decoded, passes = (
-                    engine.prefill_tokens,
-                    0,
-                    engine.decoded_tokens,
-                    engine.forward_passes,
+                watch = judge.model.device.type == "cuda" and rung == "7" and repeat == 0
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    if watch:  # every call that makes the host wait for the GPU warns (timed with it: a small cost)
+                        torch.cuda.set_sync_debug_mode("warn")
+                    started = time.perf_counter()
+                    try:
+                        results = scorer.score_many(batch, on_error="return")
+                    finally:
+                        if watch:
+                            torch.cuda.set_sync_debug_mode(0)
+                    if judge.model.device.type == "cuda":
+                        torch.cuda.synchronize()
+                    seconds = time.perf_counter() - started
+                key = (workload, rung)
+                if key not in measured:  # counts come from the first run (every run does the same work)
+                    outputs[workload][rung] = results
+                    measured[key] = row = measure(engine, workload, rung, label, batch, results)
+                    row["sync_warnings"] = sum(1 for w in caught if "synchroniz" in str(w.message)) if watch else None
+                    rows.append(row)
+                row = measured[key]
+                row["runs_s"] = row.get("runs_s", []) + [round(seconds, 2)]
+                timed(row)
+                markdown, report = write_report(args, cfg, judge, peaks, inputs, rows, outputs, list(ladder))
+                print(
+                    f"{workload} rung {rung} (run {repeat + 1} of {args.repeats}): {seconds:.1f} s, "
+                    f"{len(batch) / seconds:.3f} samples/s, {row['prefill_per_sample']:.0f} prefill tokens a sample "
+                    "(written)",
+                    file=sys.stderr,
+                    flush=True,
                 )
-                stored = 0
-            else:
-                s = engine.stats
-                prefill, forced, decoded, passes = s.prefill_tokens, s.forced_tokens, s.decoded_tokens, s.forward_passes
-                stored = s.stored_tokens
-            questions = sum(len(r.coverage_verdicts) for r in results if not getattr(r, "error", None))
-            rows.append(
-                {
-                    "workload": workload,
-                    "rung": rung,
-                    "feature": label,
-                    "seconds": round(seconds, 2),
-                    "samples": len(batch),
-                    "samples_per_s": len(batch) / seconds,
-                    "questions_per_s": questions / seconds,
-                    "prefill_tok_per_s": prefill / seconds,
-                    "forced_tok_per_s": forced / seconds,
-                    "decoded_tok_per_s": decoded / seconds,
-                    "prefill_tokens": prefill,
-                    "forced_tokens": forced,
-                    "decoded_tokens": decoded,
-                    "forward_passes": passes,
-                    "stored_tokens": stored,
-                    "prefill_per_sample": prefill / len(batch),
-                    "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
-                    "nan_values": nan_count(results),
-                    "nan_rows": engine.stats.nan_rows if hasattr(engine, "stats") else 0,
-                    "sync_warnings": syncs,
-                }
-            )
-            markdown, report = write_report(args, cfg, judge, peaks, inputs, rows, outputs, list(ladder))
-            print(
-                f"{workload} rung {rung}: {seconds:.1f} s, {len(batch) / seconds:.3f} samples/s, "
-                f"{prefill / len(batch):.0f} prefill tokens a sample (written)",
-                file=sys.stderr,
-                flush=True,
-            )
     print(markdown)
     print(json.dumps(report))
+
+
+def measure(engine, workload: str, rung: str, label: str, batch: list, results: list) -> dict:
+    """A rung's row: what it ran and counted (the same in every run of it); timed() adds the rates."""
+    if isinstance(engine, OutlinesEngine):
+        prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
+        stored = drafted = kept = 0
+    else:
+        s = engine.stats
+        prefill, forced, decoded, passes = s.prefill_tokens, s.forced_tokens, s.decoded_tokens, s.forward_passes
+        stored, drafted, kept = s.stored_tokens, s.draft_tokens, s.accepted_draft_tokens
+    return {
+        "workload": workload,
+        "rung": rung,
+        "feature": label,
+        "samples": len(batch),
+        "questions": sum(len(r.coverage_verdicts) for r in results if not getattr(r, "error", None)),
+        "prefill_tokens": prefill,
+        "forced_tokens": forced,
+        "decoded_tokens": decoded,
+        "forward_passes": passes,
+        "stored_tokens": stored,
+        "draft_tokens": drafted,
+        "accepted_draft_tokens": kept,
+        "prefill_per_sample": prefill / len(batch),
+        "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
+        "nan_values": nan_count(results),
+        "nan_rows": engine.stats.nan_rows if hasattr(engine, "stats") else 0,
+    }
+
+
+def timed(row: dict) -> None:
+    """The row's time (the median of its runs) and the rates from it."""
+    import statistics
+
+    seconds = statistics.median(row["runs_s"])
+    row["seconds"] = round(seconds, 2)
+    row["samples_per_s"] = row["samples"] / seconds
+    row["questions_per_s"] = row["questions"] / seconds
+    for kind in ("prefill", "forced", "decoded"):
+        row[f"{kind}_tok_per_s"] = row[f"{kind}_tokens"] / seconds
 
 
 def nan_count(results) -> int:
@@ -662,9 +686,10 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
         "vllm": vllm,
     }
     table = [
-        "| workload | rung | feature | samples | s | samples/s | questions/s | prefill tok/sample | "
-        "x fewer prefill | decoded tok/s | x rung 0 | x previous | flips vs 0 | % of floor | NaN |",
-        "|" + "---|" * 15,
+        "| workload | rung | feature | samples | s | s, every run | samples/s | questions/s | prefill tok/sample | "
+        "x fewer prefill | decoded tok/s | drafts kept | passes | x rung 0 | x previous | flips vs 0 | % of floor "
+        "| NaN |",
+        "|" + "---|" * 18,
     ]
 
     def num(value, form="{:.2f}"):
@@ -672,10 +697,13 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
 
     for r in rows:
         flips = "-" if r["flip_rate_vs_rung0"] is None else f"{100 * r['flip_rate_vs_rung0']:.1f}%"
+        drafts = f"{r['accepted_draft_tokens']} of {r['draft_tokens']}" if r.get("draft_tokens") else "-"
         table.append(
             f"| {r['workload']} | {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | "
+            f"{', '.join(f'{x:.1f}' for x in r['runs_s'])} | "
             f"{r['samples_per_s']:.3f} | {r['questions_per_s']:.3f} | {r['prefill_per_sample']:.0f} | "
-            f"{num(r['prefill_per_sample_vs_rung0'])} | {r['decoded_tok_per_s']:.1f} | "
+            f"{num(r['prefill_per_sample_vs_rung0'])} | {r['decoded_tok_per_s']:.1f} | {drafts} | "
+            f"{r['forward_passes']} | "
             f"{num(r['x_rung0'])} | {num(r['x_previous'])} | {flips} | {num(r['pct_of_floor'], '{:.1f}%')} | "
             f"{r['nan_values'] + (r['nan_rows'] or 0)} |"
         )
@@ -695,6 +723,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
     )
     markdown = (
         f"# Throughput ladder, config {args.config}\n\n{len(inputs)} samples, {cfg['questions']} questions, "
+        f"{args.repeats} run(s) of the whole ladder, each rung's time the median of its runs, "
         f"judge {judge.name} ({judge.device}, {judge.dtype}); peaks measured: "
         f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s, {peaks['bytes_per_s'] / 1e9:.1f} GB/s; workload floor "
         f"{num(floor_per_sample, '{:.3f}')} s per sample (from rung {least and least['rung']}'s token and "
