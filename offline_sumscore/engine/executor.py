@@ -148,7 +148,6 @@ class TransformersEngine:
         gen = judge.model.generation_config
         eos = gen.eos_token_id if gen.eos_token_id is not None else tok.eos_token_id
         self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]) | {tok.eos_token_id})
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else self.eos_ids[0]
         self.vocab_size = self.grammars.vocab_size
         self.device = judge.model.device
         self.max_rows, self.token_budget, self.capacity_reason = self._capacity(batch_size, token_budget)
@@ -704,7 +703,8 @@ class TransformersEngine:
         """Take the row's picks in order, as decoding token by token would have taken them: each guessed token
         stays while the pick before it equals it (a forced one stays as the grammar fixed it), and the first pick
         that differs, or the one after the last guessed token, is the row's next pending token. Returns how many
-        draft tokens stayed (their keys and values are in the cache; the rest are masked out)."""
+        draft tokens stayed (their keys and values are in the cache; the step gives the rest back, and the row's next
+        pass writes over them)."""
         tokens = draft.tokens if draft else []
         m = 0
         while True:
@@ -753,10 +753,10 @@ class TransformersEngine:
 
     def _read(self, active: list[Row], reads: list[tuple[int, int, int]], hidden, bitmask):
         """The vocabulary projection at each read (row, its token's place in the pass's hidden states, mask slot),
-        the grammar mask applied
-        on the device, the greedy pick, and P(yes) where the allowed tokens form a closed choice (whitespace-only
-        tokens are neutral; P(yes) is kept at the step whose pick decides the verdict, so each verdict gets exactly
-        one). Returns picks and P(yes) (None where there is no verdict), brought back in one transfer."""
+        the grammar mask applied on the device, the greedy pick, and P(yes) where the allowed tokens form a closed
+        choice (whitespace-only tokens are neutral; P(yes) is kept at the step whose pick decides the verdict, so
+        each verdict gets exactly one). Returns picks and P(yes) (None where there is no verdict), brought back in
+        one transfer."""
         import torch
 
         if not reads:
@@ -852,9 +852,9 @@ class TransformersEngine:
         head = self.judge.model.get_output_embeddings()
         for at in range(0, len(picks), 256):
             part = picks[at : at + 256]
-            at = self._to_device(torch.tensor([int(offsets[p[0]]) + p[1] for p in part], dtype=torch.long))
+            where = self._to_device(torch.tensor([int(offsets[p[0]]) + p[1] for p in part], dtype=torch.long))
             targets = self._to_device(torch.tensor([p[2] for p in part], dtype=torch.long))
-            logits = head(hidden.index_select(0, at))[:, : self.vocab_size].float()
+            logits = head(hidden.index_select(0, where))[:, : self.vocab_size].float()
             logp = (logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)).tolist()
             for (i, _, _), value in zip(part, logp):
                 batch[i].logprob_sum += value

@@ -239,14 +239,11 @@ class KVSlots(Cache):
 
     def fork(self, source: int, slots: list[int], n: int) -> None:
         """The first n tokens of the source slot, copied into each of the slots (a shared prefix computed once)."""
-        if not slots or not n:
-            for r in slots:
-                self.filled[r] = n
-            return
-        runs = _runs(sorted(slots))
-        for buf in self.key_buffers + self.value_buffers:
-            for a, b in runs:
-                buf[a:b, :, :n] = buf[source : source + 1, :, :n]
+        if slots and n:
+            runs = _runs(sorted(slots))
+            for buf in self.key_buffers + self.value_buffers:
+                for a, b in runs:
+                    buf[a:b, :, :n] = buf[source : source + 1, :, :n]
         for r in slots:
             self.filled[r] = n
 
@@ -312,16 +309,7 @@ class RaggedPass:
         singles = np.flatnonzero(counts == 1)
         self.single = (_indices(singles, device), _indices(self.offsets[singles], device)) if len(singles) else None
         self.first_token = _indices(np.where(counts > 0, self.offsets, 0), device)
-        spans, r = [], 0
-        while r < rows:
-            if counts[r] <= 1:
-                r += 1
-                continue
-            end = r
-            while end < rows and counts[end] > 1:
-                end += 1
-            spans.append((r, end))
-            r = end
+        spans = _runs(np.flatnonzero(counts > 1).tolist())  # runs of adjacent slots that feed more than one token
         merge = device.type == "cuda" if merge_runs is None else merge_runs  # on a CPU, padding costs compute
         if len(spans) > MAX_RUNS and merge:
             spans = [(spans[0][0], spans[-1][1])]
