@@ -716,8 +716,7 @@ class TransformersEngine:
                 m += 1
                 continue
             if m:  # a read point after a kept guess: as a step would check before reading
-                if len(row.out) >= row.cap:
-                    row.fail(Failure.CAP, f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
+                if self._fail_at_cap(row):
                     return m
                 self._finish_if_complete(row)
                 if row.done:
@@ -746,10 +745,17 @@ class TransformersEngine:
             row.pending = [token]
             if self.forced_tokens:
                 self._take_forced(row)
-            if len(row.out) >= row.cap:
-                row.fail(Failure.CAP, f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
+            self._fail_at_cap(row)
             self._finish_if_complete(row)
             return m
+
+    @staticmethod
+    def _fail_at_cap(row: Row) -> bool:
+        """A row whose output reached its token cap fails, its raw output kept; returns whether it did."""
+        if len(row.out) < row.cap:
+            return False
+        row.fail(Failure.CAP, f"hit the {row.cap}-token cap before the JSON closed; raw output kept")
+        return True
 
     def _read(self, active: list[Row], reads: list[tuple[int, int, int]], hidden, bitmask):
         """The vocabulary projection at each read (row, its token's place in the pass's hidden states, mask slot),

@@ -150,10 +150,6 @@ class KVSlots(Cache):
         shape = self.key_buffers[0].shape
         return shape[0], shape[2]
 
-    @property
-    def live(self) -> list[int]:
-        return [r for r in range(self.rows) if self.used[r]]
-
     def _reallocate(self, rows: int, columns: int) -> None:
         """New buffers of at least rows x columns; every new buffer is allocated before any is swapped in, so
         running out of memory here changes nothing."""
