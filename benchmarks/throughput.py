@@ -735,7 +735,29 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")
     Path(f"{out}.md").write_text(markdown)
+    Path(f"{out}_verdicts.json").write_text(json.dumps(row_outcomes(outputs)) + "\n")
     return markdown, report
+
+
+def row_outcomes(outputs: dict) -> dict:
+    """Every rung's rows as their outcomes (score, each verdict and its probability, or the error): what two runs of
+    the ladder, before and after a change, compare with benchmarks/compare_ladders.py."""
+
+    def outcome(result) -> dict:
+        if getattr(result, "error", None):
+            return {"id": result.id, "error": result.error.get("cause")}
+        return {
+            "id": result.id,
+            "score": result.score,
+            "verdicts": verdicts(result),
+            "p": [c.get("p_supported") for c in result.claims]
+            + [v.get("p_answered") for v in result.coverage_verdicts],
+        }
+
+    return {
+        workload: {rung: [outcome(r) for r in results] for rung, results in rungs.items()}
+        for workload, rungs in outputs.items()
+    }
 
 
 if __name__ == "__main__":

@@ -1,0 +1,72 @@
+"""Two runs of the throughput ladder side by side: before and after a change that must not move verdicts.
+
+    python benchmarks/compare_ladders.py BEFORE AFTER    # each the --out stem of a throughput.py run
+
+Per workload and rung: each run's median time and its runs, after/before, verdicts that differ between the runs
+(flips), the largest change of a verdict's probability and of a score, and rows that failed in one run only. A
+row-for-row comparison, not a rate: the two runs score the same frozen inputs. Prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def load(stem: Path) -> tuple[dict, dict]:
+    report = json.loads(Path(f"{stem}.json").read_text())
+    outcomes = json.loads(Path(f"{stem}_verdicts.json").read_text())
+    times = {(r["workload"], r["rung"]): r for r in report["rows"]}
+    return times, outcomes
+
+
+def differences(before: list[dict], after: list[dict]) -> dict:
+    """Flips, compared verdicts, the largest probability and score changes, and rows failed in one run only."""
+    flips = compared = failed_once = 0
+    p_change = score_change = 0.0
+    for a, b in zip(before, after, strict=True):
+        if ("error" in a) != ("error" in b):
+            failed_once += 1
+            continue
+        if "error" in a:
+            continue
+        compared += max(len(a["verdicts"]), len(b["verdicts"]))
+        flips += sum(x != y for x, y in zip(a["verdicts"], b["verdicts"])) + abs(
+            len(a["verdicts"]) - len(b["verdicts"])
+        )
+        for x, y in zip(a["p"], b["p"]):
+            if x is not None and y is not None:
+                p_change = max(p_change, abs(x - y))
+        score_change = max(score_change, abs(a["score"] - b["score"]))
+    return dict(flips=flips, compared=compared, p_change=p_change, score_change=score_change, failed_once=failed_once)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Two ladder runs, before and after a change (see the docstring).")
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    args = ap.parse_args()
+    times_a, outcomes_a = load(args.before)
+    times_b, outcomes_b = load(args.after)
+    lines = [
+        "| workload | rung | before s (runs) | after s (runs) | after / before | flips | max P change "
+        "| max score change | failed in one run |",
+        "|" + "---|" * 9,
+    ]
+    for key, a in times_a.items():
+        b = times_b.get(key)
+        if b is None:
+            continue
+        workload, rung = key
+        d = differences(outcomes_a[workload][rung], outcomes_b[workload][rung])
+        lines.append(
+            f"| {workload} | {rung} | {a['seconds']:.1f} ({', '.join(f'{x:.1f}' for x in a['runs_s'])}) | "
+            f"{b['seconds']:.1f} ({', '.join(f'{x:.1f}' for x in b['runs_s'])}) | {b['seconds'] / a['seconds']:.2f} | "
+            f"{d['flips']} of {d['compared']} | {d['p_change']:.1e} | {d['score_change']:.1e} | {d['failed_once']} |"
+        )
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
