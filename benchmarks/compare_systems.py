@@ -90,6 +90,14 @@ def main() -> None:
     docs = sorted({i["doc_id"] for i in items})[: args.documents] if args.documents else None
     if docs is not None:
         items = [i for i in items if i["doc_id"] in set(docs)]
+    run, ours = score_systems(items, docs)
+    sumscore = [sys.executable, "-m", "offline_sumscore"]
+    show_pair(run, sumscore, args.pair, args.resamples)
+    judge_against_experts(ours, items, docs, args.resamples)
+
+
+def score_systems(items: list[dict], docs: list | None) -> tuple[Path, dict[str, list[dict]]]:
+    """1. Every summary scored once with `sumscore score` (resumable), its rows split by system."""
     run = HERE / "results" / "runs" / f"summeval_compare{'' if docs is None else f'_{len(docs)}docs'}"
     run.mkdir(parents=True, exist_ok=True)
     inputs = run / "input.jsonl"
@@ -106,9 +114,12 @@ def main() -> None:
     (run / "systems").mkdir(exist_ok=True)
     for system, rows in ours.items():
         write_rows(rows, run / "systems" / f"{system}.jsonl")
+    return run, ours
 
-    # 2. The command itself on one pair.
-    a, b = args.pair.split(",")
+
+def show_pair(run: Path, sumscore: list[str], pair: str, resamples: int) -> None:
+    """2. The command itself on one pair: its table, its page, and a screenshot of the page where chromium is."""
+    a, b = pair.split(",")
     stem = RESULTS / f"compare_summeval_{a}_{b}"
     shown = subprocess.run(
         [
@@ -123,7 +134,7 @@ def main() -> None:
             "--json",
             f"{stem}.json",
             "--resamples",
-            str(args.resamples),
+            str(resamples),
         ],
         check=True,
         capture_output=True,
@@ -148,19 +159,47 @@ def main() -> None:
             timeout=120,
         )
 
-    # 3. Our judge against the experts, every pair of systems, with the same statistics.
+
+def judge_against_experts(ours: dict[str, list[dict]], items: list[dict], docs: list | None, resamples: int) -> None:
+    """3. Our judge against the experts, every pair of systems, with the same statistics."""
     names = sorted(ours)
     judge = compare_systems(
         [system_from_rows(n, ours[n], by="doc_id") for n in names],
-        resamples=args.resamples,
+        resamples=resamples,
         fields=("score", "alignment", "coverage"),
     )
     experts_by_system = expert_rows(items)
     experts = compare_systems(
         [system_from_rows(n, experts_by_system[n], by="doc_id") for n in names],
-        resamples=args.resamples,
+        resamples=resamples,
         fields=("score", "alignment", "coverage"),
     )
+    summary, table = verdict_agreement(judge, experts, names)
+    ranking = ["| rank | our judge (mean score) | experts (mean of consistency and relevance, 0..1) |", "|---|---|---|"]
+    for k, (mine, theirs) in enumerate(zip(judge["ranking"], experts["ranking"]), 1):
+        ranking.append(
+            f"| {k} | {mine} {judge['means'][mine]['score']['mean']:.3f} | "
+            f"{theirs} {experts['means'][theirs]['score']['mean']:.3f} |"
+        )
+    significant = "; ".join(
+        f"{f}: experts {s['experts_significant']}, our judge {s['judge_significant']}" for f, s in summary.items()
+    )
+    markdown = (
+        f"# Our judge's pairwise verdicts against the SummEval experts'\n\n{judge['documents']} documents x "
+        f"{len(names)} systems ({len(judge['pairs'])} pairs), judge {ours[names[0]][0]['judge']['name']} at "
+        f"its default design; verdicts from the paired permutation test, Holm-adjusted over the pairs, "
+        f"alpha 0.05 ({resamples} resamples, seed 0). Pairs with a verdict other than 'no difference': "
+        f"{significant}.\n\n" + "\n".join(table) + "\n\n" + "\n".join(ranking) + "\n\n"
+        f"`python benchmarks/compare_systems.py{'' if docs is None else f' --documents {len(docs)}'}`\n"
+    )
+    out = RESULTS / "compare_summeval_agreement"
+    Path(f"{out}.md").write_text(markdown)
+    Path(f"{out}.json").write_text(json.dumps(agreement_json(summary, judge, experts), indent=1) + "\n")
+    print(markdown)
+
+
+def verdict_agreement(judge: dict, experts: dict, names: list[str]) -> tuple[dict, list[str]]:
+    """Per field: how often our judge's pairwise verdict is the experts', and the Spearman of system means."""
     table = [
         "| our field | experts' field | pairs | same verdict | both 'no difference' | opposite verdicts | "
         "Spearman of system means |",
@@ -190,48 +229,26 @@ def main() -> None:
             f"| {field} | {theirs} | {len(pairs)} | {same} ({100 * same / len(pairs):.0f}%) | {both_none} | "
             f"{opposite} | {rho:+.2f} |"
         )
-    ranking = ["| rank | our judge (mean score) | experts (mean of consistency and relevance, 0..1) |", "|---|---|---|"]
-    for k, (mine, theirs) in enumerate(zip(judge["ranking"], experts["ranking"]), 1):
-        ranking.append(
-            f"| {k} | {mine} {judge['means'][mine]['score']['mean']:.3f} | "
-            f"{theirs} {experts['means'][theirs]['score']['mean']:.3f} |"
-        )
-    significant = "; ".join(
-        f"{f}: experts {s['experts_significant']}, our judge {s['judge_significant']}" for f, s in summary.items()
-    )
-    markdown = (
-        f"# Our judge's pairwise verdicts against the SummEval experts'\n\n{judge['documents']} documents x "
-        f"{len(names)} systems ({len(judge['pairs'])} pairs), judge {ours[names[0]][0]['judge']['name']} at "
-        f"its default design; verdicts from the paired permutation test, Holm-adjusted over the pairs, "
-        f"alpha 0.05 ({args.resamples} resamples, seed 0). Pairs with a verdict other than 'no difference': "
-        f"{significant}.\n\n" + "\n".join(table) + "\n\n" + "\n".join(ranking) + "\n\n"
-        f"`python benchmarks/compare_systems.py{'' if docs is None else f' --documents {len(docs)}'}`\n"
-    )
-    out = RESULTS / "compare_summeval_agreement"
-    Path(f"{out}.md").write_text(markdown)
-    Path(f"{out}.json").write_text(
-        json.dumps(
+    return summary, table
+
+
+def agreement_json(summary: dict, judge: dict, experts: dict) -> dict:
+    return {
+        "summary": summary,
+        "judge_ranking": judge["ranking"],
+        "experts_ranking": experts["ranking"],
+        "judge_means": judge["means"],
+        "experts_means": experts["means"],
+        "pairs": [
             {
-                "summary": summary,
-                "judge_ranking": judge["ranking"],
-                "experts_ranking": experts["ranking"],
-                "judge_means": judge["means"],
-                "experts_means": experts["means"],
-                "pairs": [
-                    {
-                        "a": p["a"],
-                        "b": p["b"],
-                        "judge": {f: p["fields"][f]["verdict"] for f in AXES},
-                        "experts": {f: q["fields"][f]["verdict"] for f in AXES},
-                    }
-                    for p, q in zip(judge["pairs"], experts["pairs"])
-                ],
-            },
-            indent=1,
-        )
-        + "\n"
-    )
-    print(markdown)
+                "a": p["a"],
+                "b": p["b"],
+                "judge": {f: p["fields"][f]["verdict"] for f in AXES},
+                "experts": {f: q["fields"][f]["verdict"] for f in AXES},
+            }
+            for p, q in zip(judge["pairs"], experts["pairs"])
+        ],
+    }
 
 
 if __name__ == "__main__":

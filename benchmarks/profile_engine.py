@@ -31,8 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.throughput import CONFIGS, DEFAULT_DATA, RESULTS, OutlinesEngine, frozen_inputs  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
-from offline_sumscore.engine import executor  # noqa: E402
-from offline_sumscore.engine.executor import TransformersEngine  # noqa: E402
+from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
 
 CATEGORIES = [  # first match wins, on the operator's name
     ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm")),
@@ -66,41 +65,18 @@ def category(name: str) -> str:
 
 def profile(judge, make_engine, inputs, caps) -> dict:
     SummarizationScorer(engine=make_engine(), **caps).score_many(inputs, on_error="return")  # warm-up
-    grammar_s = 0.0
-    original = executor._unpack
-
-    def timed_unpack(bitmask, vocab):  # the mask unpacking, where the fill's result lands
-        nonlocal grammar_s
-        t = time.perf_counter()
-        out = original(bitmask, vocab)
-        grammar_s += time.perf_counter() - t
-        return out
-
-    engine = make_engine()
-    fill = engine.grammars.fill_bitmasks
-
-    def timed_fill(*args):
-        nonlocal grammar_s
-        t = time.perf_counter()
-        out = fill(*args)
-        grammar_s += time.perf_counter() - t
-        return out
-
-    engine.grammars.fill_bitmasks = timed_fill
-    executor._unpack = timed_unpack
-    try:
-        scorer = SummarizationScorer(engine=engine, **caps)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            started = time.perf_counter()
-            scorer.score_many(inputs, on_error="return")
-            wall = time.perf_counter() - started
-    finally:
-        executor._unpack = original
-        engine.grammars.fill_bitmasks = fill
+    masks: list[Timing] = []
+    engine = make_engine(on_timing=lambda t: masks.append(t) if t.kind == "masks" else None)
+    scorer = SummarizationScorer(engine=engine, **caps)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        scorer.score_many(inputs, on_error="return")
+        wall = time.perf_counter() - started
     spent: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
         spent[category(event.key)] += event.self_cpu_time_total / 1e6
     seen = sum(spent.values())
+    grammar_s = sum(t.seconds for t in masks)
     spent["grammar masks (llguidance fill + unpack)"] = grammar_s
     spent["Python and the rest (wall - operators - grammar)"] = max(0.0, wall - seen - grammar_s)
     return {
@@ -112,41 +88,19 @@ def profile(judge, make_engine, inputs, caps) -> dict:
 
 
 def passes(judge, make_engine, inputs, caps) -> dict:
-    """One more run, without the profiler (it slows small operators), timing every forward pass: a step that
-    carries prompts (some row feeds more than 16 tokens), a decoding step, or a likelihood pass. Its tokens are what
-    the ragged pass computes; its slots, rows x widest feed, what a padded grid would have."""
-    engine = make_engine()
-    phase = ["other"]
+    """One more run, without the profiler (it slows small operators), timing every forward pass through the
+    engine's timing hook: a step that carries prompts (some row feeds more than 16 tokens), a decoding step, or a
+    likelihood pass. Its tokens are what the ragged pass computes; its slots, rows x widest feed, what a padded grid
+    would have."""
     log: list[dict] = []
-    run_pass = engine._pass
 
-    def timed_pass(slots, feeds, starts, commit=True):
-        started = time.perf_counter()
-        out = run_pass(slots, feeds, starts, commit)
-        log.append(
-            {
-                "phase": "prompt step" if phase[0] == "step" and max(map(len, feeds)) > 16 else phase[0],
-                "rows": sum(1 for f in feeds if f),
-                "width": max(map(len, feeds)),
-                "real": sum(map(len, feeds)),
-                "s": time.perf_counter() - started,
-            }
-        )
-        return out
+    def record(t: Timing) -> None:
+        if t.kind == "masks":
+            return
+        phase = "prompt step" if t.kind == "step" and t.width > 16 else t.kind
+        log.append({"phase": phase, "rows": t.rows, "width": t.width, "real": t.tokens, "s": t.seconds})
 
-    def in_phase(name, method):
-        def call(*args, **kwargs):
-            phase[0] = name
-            try:
-                return method(*args, **kwargs)
-            finally:
-                phase[0] = "other"
-
-        return call
-
-    engine._pass = timed_pass
-    engine._step = in_phase("step", engine._step)
-    engine._likelihood_pass = in_phase("likelihood", engine._likelihood_pass)
+    engine = make_engine(on_timing=record)
     started = time.perf_counter()
     SummarizationScorer(engine=engine, **caps).score_many(inputs, on_error="return")
     wall = time.perf_counter() - started
@@ -205,8 +159,10 @@ def main() -> None:
         max_reason_chars=cfg["reason_chars"],
     )
     engines = {
-        "rung 5 (waves, no store)": lambda: TransformersEngine(judge, continuous=False, prefix_store=False),
-        "rung 7 (the full engine)": lambda: TransformersEngine(judge),
+        "rung 5 (waves, no store)": lambda **hook: TransformersEngine(
+            judge, features=EngineFeatures().without("continuous", "prefix_store"), **hook
+        ),
+        "rung 7 (the full engine)": lambda **hook: TransformersEngine(judge, **hook),
     }
     report = {name: profile(judge, make, inputs, caps) for name, make in engines.items()}
     for name, make in engines.items():

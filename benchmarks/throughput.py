@@ -55,8 +55,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from offline_sumscore import SummarizationScorer  # noqa: E402
 from offline_sumscore.core.stages import StageResult  # noqa: E402
-from offline_sumscore.engine.executor import TransformersEngine  # noqa: E402
+from offline_sumscore.engine import Engine  # noqa: E402
 from offline_sumscore.engine.grammar import GrammarCompiler  # noqa: E402
+from offline_sumscore.engine.local import EngineFeatures, TransformersEngine  # noqa: E402
+from offline_sumscore.engine.local.kv_slots import KVGeometry  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "agreement" / "summeval_dev.jsonl"
@@ -92,7 +94,7 @@ CONFIGS = {
 
 
 # -- reference rungs: outlines' own generators behind the engine door -------------------------------------------
-class OutlinesEngine:
+class OutlinesEngine(Engine):
     """Rungs 0 and 1: outlines.Generator with a prebuilt llguidance processor per schema (the same grammar our
     engine uses), called once per prompt (batch=False) or once per schema per wave (batch=True)."""
 
@@ -100,6 +102,10 @@ class OutlinesEngine:
         import outlines
 
         self.judge, self.batch = judge, batch
+        # Batched generate appends on the right, so its prompts are padded on the left, with a pad token.
+        judge.tokenizer.padding_side = "left"
+        if judge.tokenizer.pad_token_id is None:
+            judge.tokenizer.pad_token = judge.tokenizer.eos_token
         self.model = outlines.from_transformers(judge.model, judge.tokenizer)
         if judge.grammar_compiler is None:  # the same compiled grammars our engine uses
             judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
@@ -207,9 +213,7 @@ def physical_floor(judge, peaks, processed_tokens, read_tokens, forward_passes, 
     lm_head = cfg.hidden_size * cfg.vocab_size
     params = body + lm_head
     flops = 2 * body * processed_tokens + 2 * lm_head * read_tokens
-    heads = getattr(cfg, "num_key_value_heads", cfg.num_attention_heads)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_per_token = 2 * cfg.num_hidden_layers * heads * head_dim * elem
+    kv_per_token = KVGeometry.of(cfg, judge.model.dtype).bytes_per_token
     bytes_ = params * elem * forward_passes + kv_per_token * avg_context * read_tokens
     return max(flops / peaks["flops_per_s"], bytes_ / peaks["bytes_per_s"])
 
@@ -383,7 +387,7 @@ def random_weights(model, std: float = 0.02, period: int = 65521) -> None:
             flat[whole * period :] = tile[: flat.numel() - whole * period]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Throughput ladder (see the module docstring).")
     ap.add_argument("--config", choices=list(CONFIGS), default="cpu")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL with source/summary (frozen inputs)")
@@ -423,7 +427,11 @@ def main() -> None:
         help="runs of the whole ladder; each rung's time is the median of its runs (default: 3 on cpu, 1 on gpu)",
     )
     ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     cfg = dict(CONFIGS[args.config])
     args.repeats = args.repeats or (3 if args.config == "cpu" else 1)
     if args.samples:
@@ -445,21 +453,50 @@ def main() -> None:
         max_text_chars=cfg["text_chars"],
         max_reason_chars=cfg["reason_chars"],
     )
-    # Warm up every path a timed rung takes: grammars compiled, kernels loaded, token texts cached, and outlines'
-    # own processor (its mask kernel compiles on first use); not timed.
+    warm_up(
+        judge,
+        inputs,
+        caps,
+        cfg,
+        with_outlines=bool({"0", "1"} & set(args.rungs.split(",") + args.shared_rungs.split(","))),
+    )
+    ladder = ladder_rungs(judge, caps, cfg)
+    workloads = {
+        "standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
+        "shared": (
+            shared_inputs(args.data, cfg["shared_docs"], cfg["per_doc"], cfg["source_chars"]),
+            cfg["shared_reference_samples"],
+            [r for r in args.shared_rungs.split(",") if r],
+        ),
+    }
+    markdown, report = run_ladder(args, cfg, judge, peaks, inputs, ladder, workloads)
+    print(markdown)
+    print(json.dumps(report))
+
+
+def warm_up(judge, inputs: list[dict], caps: dict, cfg: dict, *, with_outlines: bool) -> None:
+    """Every path a timed rung takes, run once untimed: grammars compiled, kernels loaded, token texts cached, and
+    outlines' own processor (its mask kernel compiles on first use)."""
     SummarizationScorer(engine=TransformersEngine(judge), **caps).score_many(inputs[:1], on_error="return")
     SummarizationScorer(engine=TransformersEngine(judge), key_sentences=cfg["questions"]).score_many(
         inputs[:1], on_error="return"
     )
-    if {"0", "1"} & set(args.rungs.split(",") + args.shared_rungs.split(",")):
+    if with_outlines:
         for batch in (False, True):
             SummarizationScorer(engine=OutlinesEngine(judge, batch=batch), **dict(caps, max_questions=1)).score_many(
                 inputs[:1], on_error="return"
             )
 
+
+def ladder_rungs(judge, caps: dict, cfg: dict) -> dict:
+    """Each rung: its label, how its engine is made, the scorer's options."""
     # Rungs 2 to 7a: the engine without drafts, each adding its feature; rung 7 adds drafts (the default).
-    undrafted = dict(drafts=False)
-    wave = dict(continuous=False, prefix_store=False, **undrafted)  # rungs 2 to 5: the engine before the stream
+    full = EngineFeatures()
+    wave = full.without("continuous", "prefix_store", "drafts")  # rungs 2 to 5: the engine before the stream
+
+    def engine(features: EngineFeatures = full):
+        return lambda: TransformersEngine(judge, features=features)
+
     ladder = {
         "0": (
             "naive loop: outlines Generator per grammar, one call per prompt",
@@ -469,38 +506,27 @@ def main() -> None:
         "1": ("outlines .batch per stage", lambda: OutlinesEngine(judge, batch=True), caps),
         "2": (
             "engine in waves: cross-sample iteration-level batching",
-            lambda: TransformersEngine(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False, **wave),
+            engine(wave.without("shared_prefix", "forced_tokens", "logit_verdicts")),
             caps,
         ),
-        "3": (
-            "+ shared prefixes",
-            lambda: TransformersEngine(judge, forced_tokens=False, logit_verdicts=False, **wave),
-            caps,
-        ),
-        "4": ("+ forced tokens", lambda: TransformersEngine(judge, logit_verdicts=False, **wave), caps),
-        "5": ("+ verdicts from logits", lambda: TransformersEngine(judge, **wave), caps),
-        "6": ("+ one continuous stream", lambda: TransformersEngine(judge, prefix_store=False, **undrafted), caps),
-        "7a": ("+ prefix store", lambda: TransformersEngine(judge, **undrafted), caps),
-        "7": ("+ n-gram drafts (the full engine)", lambda: TransformersEngine(judge), caps),
-        "7b": (
-            "rung 7 without reasons (include_reason=False)",
-            lambda: TransformersEngine(judge),
-            dict(caps, include_reason=False),
-        ),
+        "3": ("+ shared prefixes", engine(wave.without("forced_tokens", "logit_verdicts")), caps),
+        "4": ("+ forced tokens", engine(wave.without("logit_verdicts")), caps),
+        "5": ("+ verdicts from logits", engine(wave), caps),
+        "6": ("+ one continuous stream", engine(full.without("prefix_store", "drafts")), caps),
+        "7a": ("+ prefix store", engine(full.without("drafts")), caps),
+        "7": ("+ n-gram drafts (the full engine)", engine(), caps),
+        "7b": ("rung 7 without reasons (include_reason=False)", engine(), dict(caps, include_reason=False)),
         "8": (
             "the embedded design: sentences, key sentences, likelihood verdicts",
-            lambda: TransformersEngine(judge),
+            engine(),
             dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood"),
         ),
     }
-    workloads = {
-        "standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
-        "shared": (
-            shared_inputs(args.data, cfg["shared_docs"], cfg["per_doc"], cfg["source_chars"]),
-            cfg["shared_reference_samples"],
-            [r for r in args.shared_rungs.split(",") if r],
-        ),
-    }
+    return ladder
+
+
+def run_ladder(args, cfg, judge, peaks, inputs, ladder: dict, workloads: dict) -> tuple[str, dict]:
+    """Every rung of every workload, repeats times; the table and the report written after each rung."""
     rows: list[dict] = []
     outputs: dict = {workload: {} for workload in workloads}  # workload -> rung -> results
     # Every rung runs `repeats` times, the whole ladder over before any rung again, so that a slow spell of the
@@ -547,8 +573,7 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-    print(markdown)
-    print(json.dumps(report))
+    return markdown, report
 
 
 def measure(engine, workload: str, rung: str, label: str, batch: list, results: list) -> dict:
@@ -612,9 +637,9 @@ def nan_count(results) -> int:
     return count
 
 
-def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -> tuple[str, dict]:
-    """Ratios, the floor, the table, in ladder order; written after every rung, so a run cut short keeps what it
-    measured. Returns the markdown and the report."""
+def derive(cfg, judge, peaks, rows, outputs, ladder_order) -> tuple[list[dict], float | None, dict | None]:
+    """Each row's flip rate against rung 0 and its ratios; the standard workload's physical floor and the rung it
+    was taken from. Returns the rows in ladder order, the floor per sample and that rung's row."""
     workloads = ("standard", "shared")
     order = {rung: k for k, rung in enumerate(ladder_order)}
     rows = sorted(rows, key=lambda r: (workloads.index(r["workload"]), order[r["rung"]]))
@@ -659,7 +684,13 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
                 if workload == "standard" and floor_per_sample
                 else None
             )
+    return rows, floor_per_sample, least
 
+
+def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -> tuple[str, dict]:
+    """Ratios, the floor, the table, in ladder order; written after every rung, so a run cut short keeps what it
+    measured. Returns the markdown and the report."""
+    rows, floor_per_sample, least = derive(cfg, judge, peaks, rows, outputs, ladder_order)
     import importlib.util
 
     vllm = (

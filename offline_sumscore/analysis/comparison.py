@@ -215,27 +215,7 @@ def compare_systems(
     drill: int = 5,
 ) -> dict:
     """The whole comparison as a JSON-ready dict (see the module docstring)."""
-    if len(systems) < 2:
-        raise InputError("needs at least two systems' rows to compare", cause="too_few_systems")
-    empty = [s.name for s in systems if not s.rows]
-    if empty:
-        raise InputError(f"has no scored rows with a document key: {', '.join(empty)}", cause="no_rows")
-    metrics = {s.metric for s in systems}
-    if len(metrics) > 1:
-        raise InputError(
-            f"mixes metrics ({', '.join(sorted(metrics))}): their scores do not compare", cause="mixed_metrics"
-        )
-    mixed = differences(systems)
-    if mixed and not allow_mixed:
-        named = "; ".join(
-            f"{k}: " + ", ".join(f"{s.name}={v!r}" for s, v in zip(systems, values))
-            for k, values in list(mixed.items())[:5]
-        )
-        raise InputError(
-            f"compares rows scored under different settings ({named}); rescore under one setting, or "
-            f"pass --allow-mixed to compare them anyway",
-            cause="mixed_settings",
-        )
+    mixed = _comparable(systems, allow_mixed)
     metric = systems[0].metric
     fields = fields or FIELDS.get(metric, ("score",))
     docs = common_documents(systems)
@@ -253,18 +233,7 @@ def compare_systems(
         "resamples": resamples,
         "seed": seed,
         "settings_differ": mixed,
-        "systems": [
-            {
-                "name": s.name,
-                "scored": len(s.rows),
-                "failed": len(s.failed),
-                "unkeyed": len(s.unkeyed),
-                "duplicates": len(s.duplicates),
-                "not_in_every_system": len(set(s.rows) - set(docs)),
-                "signature": s.signature,
-            }
-            for s in systems
-        ],
+        "systems": [_system_counts(s, docs) for s in systems],
         "means": {
             s.name: {f: system_mean([s.rows[d][f] for d in docs], resamples=resamples, seed=seed) for f in fields}
             for s in systems
@@ -288,6 +257,45 @@ def compare_systems(
         (s.name for s in systems), key=lambda n: -report["means"][n]["score"]["mean"] if "score" in fields else n
     )
     return report
+
+
+def _system_counts(s: System, docs: list) -> dict:
+    return {
+        "name": s.name,
+        "scored": len(s.rows),
+        "failed": len(s.failed),
+        "unkeyed": len(s.unkeyed),
+        "duplicates": len(s.duplicates),
+        "not_in_every_system": len(set(s.rows) - set(docs)),
+        "signature": s.signature,
+    }
+
+
+def _comparable(systems: list[System], allow_mixed: bool) -> dict:
+    """Refuses systems that cannot be compared (fewer than two, no rows, mixed metrics, or mixed settings unless
+    allowed); returns the settings that differ."""
+    if len(systems) < 2:
+        raise InputError("needs at least two systems' rows to compare", cause="too_few_systems")
+    empty = [s.name for s in systems if not s.rows]
+    if empty:
+        raise InputError(f"has no scored rows with a document key: {', '.join(empty)}", cause="no_rows")
+    metrics = {s.metric for s in systems}
+    if len(metrics) > 1:
+        raise InputError(
+            f"mixes metrics ({', '.join(sorted(metrics))}): their scores do not compare", cause="mixed_metrics"
+        )
+    mixed = differences(systems)
+    if mixed and not allow_mixed:
+        named = "; ".join(
+            f"{k}: " + ", ".join(f"{s.name}={v!r}" for s, v in zip(systems, values))
+            for k, values in list(mixed.items())[:5]
+        )
+        raise InputError(
+            f"compares rows scored under different settings ({named}); rescore under one setting, or "
+            f"pass --allow-mixed to compare them anyway",
+            cause="mixed_settings",
+        )
+    return mixed
 
 
 def _missed(row: dict) -> dict:

@@ -35,6 +35,14 @@ class StageRequest:
         return json.dumps(self.schema.model_json_schema(), sort_keys=True)
 
     @cached_property
+    def key(self) -> str:
+        """What the answer depends on, as one string: the messages, the schema, the cap, the verdict choice and
+        the continuation; not which sample or stage asked. Identical requests in flight are merged on it (the
+        local engine, the stage cache), and the stage cache stores answers under it with the judge's identity."""
+        material = [list(self.messages), self.schema_json, self.max_new_tokens, self.verdict_choice, self.continuation]
+        return json.dumps(material, sort_keys=True, ensure_ascii=False)
+
+    @cached_property
     def grammar(self) -> tuple[str, str]:
         """(format, text) of the grammar that constrains the output: the JSON schema, or a TextOutput's own."""
         return grammar_of(self.schema)

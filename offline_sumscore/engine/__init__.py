@@ -1,30 +1,23 @@
-"""The engine contract: run(requests) -> results, same length, same order; and stream(feed), the same work as a
-stream.
+"""Engines: what answers stage requests. Holds the contract (Engine), the layers stacked in front of an engine
+(retry.py, stage_cache.py), the engines themselves (local/ runs a judge in this process, openai_compatible.py asks
+a server, scripted.py replays fixed JSON for tests), the judge's loading (judge.py), its grammars (grammar.py), and
+build.py, the one place where an engine is chosen and made.
 
-An engine answers StageRequests; it never knows which metric asked. TransformersEngine runs a local judge;
-ScriptedEngine replays fixed JSON for tests and examples; ServedEngine asks a server. All have run(). A stream lets
-the driver hand over work the moment it exists (a sample's next wave as soon as its own answers are in, new samples
-while others run) and get each answer the moment it is ready: TransformersEngine streams natively; any other engine
-is streamed in waves (stream_in_waves), which is exactly the old behaviour of one run() call per wave.
+May import core/ only. An engine answers StageRequests; it never knows which metric asked.
+
+The contract: run(requests) -> results, same length, same order; and stream(feed), the same work as a stream, in
+which the driver hands over work the moment it exists (a sample's next wave as soon as its own answers are in, new
+samples while others run) and gets each answer the moment it is ready. An engine that does not stream natively is
+streamed in waves (stream_in_waves): one run() call per wave.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Protocol
 
 from offline_sumscore.core.stages import StageRequest, StageResult
-
-
-class Engine(Protocol):
-    def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
-        """Answer every request; result i answers request i. A failed stage is a result with .error set,
-        never an exception (so one bad row cannot lose a batch)."""
-        ...
-
-    def describe(self) -> dict:
-        """What produced the verdicts: judge identity, settings. Stored with every result."""
-        ...
 
 
 class Feed(Protocol):
@@ -35,6 +28,32 @@ class Feed(Protocol):
     def take(self) -> list[tuple[int, StageRequest]]: ...
 
     def give(self, ticket: int, result: StageResult) -> None: ...
+
+
+class Engine(ABC):
+    """Every method a driver calls on an engine."""
+
+    @abstractmethod
+    def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        """Answer every request; result i answers request i. A failed stage is a result with .error set,
+        never an exception (so one bad row cannot lose a batch)."""
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """What produced the verdicts: judge identity, settings. Stored with every result."""
+
+    def stream(self, feed: Feed) -> None:
+        """Answer everything feed will ever hand over (in waves, unless the engine streams natively)."""
+        stream_in_waves(self, feed)
+
+    def streams_natively(self) -> bool:
+        """Whether stream() answers each request the moment it is ready (else: one run() call per wave)."""
+        return False
+
+    def spare_tokens(self, request: StageRequest) -> int | None:
+        """Context tokens left once the request's prompt and a realistic output are in (negative: it does not fit);
+        None where the engine cannot tell (the source is then never split)."""
+        return None
 
 
 class ListFeed:
@@ -54,21 +73,7 @@ class ListFeed:
         self.results[ticket] = result
 
 
-def streams(engine) -> bool:
-    """Whether engine answers a stream natively (else: in waves)."""
-    native = getattr(engine, "streams_natively", None)
-    return bool(native() if callable(native) else native)
-
-
-def stream(engine, feed: Feed) -> None:
-    """Answer everything feed will ever hand over."""
-    if streams(engine):
-        engine.stream(feed)
-    else:
-        stream_in_waves(engine, feed)
-
-
-def stream_in_waves(engine, feed: Feed) -> None:
+def stream_in_waves(engine: Engine, feed: Feed) -> None:
     """One run() call per wave: everything ready, answered together; then whatever those answers made ready."""
     while True:
         ready = feed.take()
@@ -78,9 +83,9 @@ def stream_in_waves(engine, feed: Feed) -> None:
             feed.give(ticket, result)
 
 
-class EngineLayer:
-    """An engine in front of another (one retry of failed stages, the stage cache): it describes itself, and sizes
-    prompts, as the engine it wraps, and streams natively when that engine does."""
+class EngineLayer(Engine):
+    """An engine in front of another (one retry of failed stages, the stage cache): it describes itself, sizes
+    prompts and streams as the engine it wraps."""
 
     def __init__(self, inner: Engine):
         self.inner = inner
@@ -89,11 +94,10 @@ class EngineLayer:
         return self.inner.describe()
 
     def spare_tokens(self, request: StageRequest) -> int | None:
-        spare = getattr(self.inner, "spare_tokens", None)
-        return spare(request) if spare else None
+        return self.inner.spare_tokens(request)
 
     def streams_natively(self) -> bool:
-        return streams(self.inner)
+        return self.inner.streams_natively()
 
 
-__all__ = ["Engine", "EngineLayer", "Feed", "ListFeed", "stream", "stream_in_waves", "streams"]
+__all__ = ["Engine", "EngineLayer", "Feed", "ListFeed", "stream_in_waves"]

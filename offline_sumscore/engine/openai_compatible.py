@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from offline_sumscore.core.errors import Failure, UsageError, check_count
 from offline_sumscore.core.schemas import TextOutput, max_json_chars, parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.engine import Engine
 
 SCHEMA_MODE = "server json_schema (response_format)"
 PROMPT_MODE = "schema in the prompt, output validated here"
@@ -45,7 +46,7 @@ class ServerError(Exception):
         self.status = status
 
 
-class ServedEngine:
+class ServedEngine(Engine):
     def __init__(
         self,
         base_url: str,

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from offline_sumscore.core.errors import Failure
 from offline_sumscore.core.schemas import parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.engine import Engine
 
 
 class Truncated(str):
@@ -33,7 +34,7 @@ class ScriptExhausted(BaseException):
     failure: it ends the run where it happened."""
 
 
-class ScriptedEngine:
+class ScriptedEngine(Engine):
     """context_tokens: a context length in words, so tests can make a long source need chunking (None: no limit)."""
 
     def __init__(self, replies: dict[str, list[Any]] | None = None, *, context_tokens: int | None = None):

@@ -1,9 +1,9 @@
 """The stage cache: every successful stage output, in SQLite, keyed by what determines it.
 
-Key: the judge's identity (a hash of its weights' metadata and config) and dtype, PROMPT_VERSION, the stage, its
-schema, its messages, its token cap and its verdict choice. Not the sample id: the same source scored with two
-summaries asks the same "questions" request, so the second summary is judged on the first one's questions (fairer,
-and free). A re-run with the same judge recomputes nothing.
+Key: the judge's identity (a hash of its weights' metadata and config) and dtype, PROMPT_VERSION, and the request's
+own key (StageRequest.key: its messages, schema, token cap, verdict choice and continuation). Not the sample id nor
+the stage: the same source scored with two summaries asks the same "questions" request, so the second summary is
+judged on the first one's questions (fairer, and free). A re-run with the same judge recomputes nothing.
 
 Failed stages are never stored, so a re-run tries them again. Several processes may share one file: SQLite in WAL
 mode, a long busy timeout, and INSERT OR IGNORE (greedy decoding makes any two writers' values the same).
@@ -24,7 +24,7 @@ from offline_sumscore.core.prompts import PROMPT_VERSION
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import EngineLayer, stream_in_waves
 
-CACHE_FORMAT = 1  # bump when the stored payload changes shape
+CACHE_FORMAT = 2  # bump when the stored payload or the key changes shape (2: the key is StageRequest.key)
 
 
 def default_cache_path() -> Path:
@@ -50,18 +50,7 @@ class StageCache:
 
     @staticmethod
     def key(judge: dict, request: StageRequest) -> str:
-        material = [
-            CACHE_FORMAT,
-            judge.get("identity"),
-            judge.get("dtype"),
-            PROMPT_VERSION,
-            request.stage,
-            request.schema_json,
-            list(request.messages),
-            request.max_new_tokens,
-            request.verdict_choice,
-            request.continuation,
-        ]  # a likelihood request is its prompt and the statement scored after it
+        material = [CACHE_FORMAT, judge.get("identity"), judge.get("dtype"), PROMPT_VERSION, request.key]
         return hashlib.sha256(
             json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
         ).hexdigest()

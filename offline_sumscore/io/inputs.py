@@ -110,59 +110,50 @@ def read_rows(
     # Ids keep their JSON type: 1 and "1" are two ids, and 8.5 comes back as 8.5. A row without an id is known by
     # its line, and its OUTPUT id is null, so no made-up id can equal a real one.
     first_seen: dict[str, int | None] = {}
+    fields = (source_field, summary_field, id_field)
     for line, row in rows:
-        if isinstance(row, InputError):
-            yield BadRow(id=f"line:{line}", line=line, key=f"line:{line}", input_hash=content_hash(str(row)), error=row)
-            continue
-        value = row.get(id_field)
-        given = value not in (None, "")
-        typed = json.dumps(value, sort_keys=True, ensure_ascii=False) if given else None
-        row_id = (value if isinstance(value, str) else typed) if given else None  # as messages show it
-        key = (f"id:{value}" if isinstance(value, str) else f"id#json:{typed}") if given else f"line:{line}"
-        digest = judged_hash(row.get(source_field), row.get(summary_field), row.get("questions"), row.get("key_facts"))
-        name = row_id if given else f"line:{line}"
-        if given and not isinstance(value, (str, int, float, bool)):
-            yield BadRow(
-                id=name,
-                line=line,
-                key=f"line:{line}",
-                input_hash=digest,
-                error=InputError(
-                    "must be a string, a number or a boolean; got "
-                    + ("an object" if isinstance(value, dict) else "a list"),
-                    field=id_field,
-                    line=line,
-                    path=where,
-                    cause="bad_id",
-                ),
-            )
-            continue
-        if given and typed in first_seen:
-            yield BadRow(
-                id=name,
-                line=line,
-                key=f"line:{line}",
-                input_hash=digest,
-                given_id=value,
-                error=InputError(
-                    f"repeats the id of line {first_seen[typed]}; ids must be unique, so that results and resumed runs "
-                    f"can be matched to rows",
-                    field=id_field,
-                    line=line,
-                    row_id=row_id,
-                    path=where,
-                    cause="duplicate_id",
-                ),
-            )
-            continue
-        if given:
-            first_seen[typed] = line
-        try:
-            sample = _sample(row, line, row_id, key, digest, where, source_field, summary_field, allow_long_summary)
-        except InputError as exc:
-            yield BadRow(id=name, line=line, key=key, input_hash=digest, given_id=value if given else None, error=exc)
-            continue
-        yield replace(sample, id=name, given_id=value if given else None)
+        yield _one_row(line, row, first_seen, where, fields, allow_long_summary)
+
+
+def _one_row(line: int, row, first_seen: dict, where: str, fields: tuple[str, str, str], allow_long_summary: bool):
+    """One row as a Sample, or a BadRow naming what is wrong with it (its id, then its fields)."""
+    source_field, summary_field, id_field = fields
+    if isinstance(row, InputError):
+        return BadRow(id=f"line:{line}", line=line, key=f"line:{line}", input_hash=content_hash(str(row)), error=row)
+    value = row.get(id_field)
+    given = value not in (None, "")
+    typed = json.dumps(value, sort_keys=True, ensure_ascii=False) if given else None
+    row_id = (value if isinstance(value, str) else typed) if given else None  # as messages show it
+    key = (f"id:{value}" if isinstance(value, str) else f"id#json:{typed}") if given else f"line:{line}"
+    digest = judged_hash(row.get(source_field), row.get(summary_field), row.get("questions"), row.get("key_facts"))
+    name = row_id if given else f"line:{line}"
+    if given and not isinstance(value, (str, int, float, bool)):
+        error = InputError(
+            "must be a string, a number or a boolean; got " + ("an object" if isinstance(value, dict) else "a list"),
+            field=id_field,
+            line=line,
+            path=where,
+            cause="bad_id",
+        )
+        return BadRow(id=name, line=line, key=f"line:{line}", input_hash=digest, error=error)
+    if given and typed in first_seen:
+        error = InputError(
+            f"repeats the id of line {first_seen[typed]}; ids must be unique, so that results and resumed runs "
+            f"can be matched to rows",
+            field=id_field,
+            line=line,
+            row_id=row_id,
+            path=where,
+            cause="duplicate_id",
+        )
+        return BadRow(id=name, line=line, key=f"line:{line}", input_hash=digest, given_id=value, error=error)
+    if given:
+        first_seen[typed] = line
+    try:
+        sample = _sample(row, line, row_id, key, digest, where, source_field, summary_field, allow_long_summary)
+    except InputError as exc:
+        return BadRow(id=name, line=line, key=key, input_hash=digest, given_id=value if given else None, error=exc)
+    return replace(sample, id=name, given_id=value if given else None)
 
 
 def _sample(

@@ -139,19 +139,42 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
     ok = [r for r in rows if not r.get("error") and r.get("score") is not None]
     failed = [r for r in rows if r.get("error")]
     metric = next((r.get("metric") for r in rows if r.get("metric")), "?")
-    two_axis = metric == "two-axis"
-    judge = next((r.get("judge") for r in ok if r.get("judge")), {})
     settings = next((r.get("settings") for r in ok if r.get("settings")), {})
+    scale = float(settings.get("scale", 1) or 1)
+    scores = [r["score"] / scale for r in ok]
+    sections = [
+        f"<h1>{html.escape(title)}</h1>",
+        _the_run(rows, ok, failed, metric, settings, scores, scale),
+        _score_plots(ok, scores, metric == "two-axis"),
+        _lowest(ok, worst, metric == "two-axis"),
+    ]
+    if failed:
+        sections.append(
+            "<h2>Failed rows</h2><table><tr><th>id</th><th>cause</th><th>message</th></tr>"
+            + "".join(
+                f"<tr><td>{_cell(r.get('id'))}</td><td>{_cell(r['error'].get('cause'))}</td>"
+                f"<td>{_cell(r['error'].get('message'))}</td></tr>"
+                for r in failed
+            )
+            + "</table>"
+        )
+    return (
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
+        f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{CSS}</style></head><body>"
+        + "".join(sections)
+        + "</body></html>\n"
+    )
+
+
+def _the_run(rows, ok, failed, metric: str, settings: dict, scores: list[float], scale: float) -> str:
+    """The run's facts: metric, judge, rows, mean score, tokens, judge time, settings."""
+    judge = next((r.get("judge") for r in ok if r.get("judge")), {})
     stages = [s for r in rows for s in (r.get("stages") or {}).values()]
     tokens_in, tokens_out = sum(s.get("tokens_in", 0) for s in stages), sum(s.get("tokens_out", 0) for s in stages)
     seconds = sum(s.get("seconds", 0) for s in stages)
     causes = Counter((r["error"] or {}).get("cause", "?") for r in failed)
-    scale = float(settings.get("scale", 1) or 1)
-    scores = [r["score"] / scale for r in ok]
     mean = sum(scores) / len(scores) if scores else None
-
-    sections = [
-        f"<h1>{html.escape(title)}</h1>",
+    return (
         "<h2>The run</h2><dl>"
         f"<dt>metric</dt><dd>{html.escape(metric)}</dd>"
         f"<dt>judge</dt><dd>{html.escape(str(judge.get('name', '?')))} ({html.escape(str(judge.get('device', '?')))}, "
@@ -163,8 +186,12 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
         f"<dt>tokens</dt><dd>{tokens_in} in, {tokens_out} out</dd>"
         f"<dt>judge time</dt><dd>{seconds:.1f} s, summed over stages (stages run in parallel batches, so the "
         f"wall time was shorter)</dd>"
-        f"<dt>settings</dt><dd><code>{html.escape(json.dumps(settings))}</code></dd></dl>",
-    ]
+        f"<dt>settings</dt><dd><code>{html.escape(json.dumps(settings))}</code></dd></dl>"
+    )
+
+
+def _score_plots(ok: list[dict], scores: list[float], two_axis: bool) -> str:
+    """The score histogram, the two parts of the score against each other, and the shares of misses."""
     plots = [f'<div class="card"><b>Score distribution</b><br>{histogram_svg(scores, "score (0..1)")}</div>']
     if two_axis:
         pts = [(r["alignment"], r["coverage"], f"{r['id']}: score {r['score']}") for r in ok]
@@ -193,7 +220,11 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
         answers = [a for r in ok for a in r.get("answers") or []]
         shares = [("missed questions", sum(a != "1" for a in answers) / len(answers) if answers else 0)]
     plots.append(f'<div class="card"><b>Shares</b><br>{bars_svg(shares)}</div>')
-    sections.append('<h2>Scores</h2><div class="grid">' + "".join(plots) + "</div>")
+    return '<h2>Scores</h2><div class="grid">' + "".join(plots) + "</div>"
+
+
+def _lowest(ok: list[dict], worst: int, two_axis: bool) -> str:
+    """The lowest scores, each with its reason and every verdict."""
     lowest = sorted(ok, key=lambda r: (r["score"], str(r["id"])))[:worst]
     table = [
         "<table><tr><th>id</th><th class=num>score</th>"
@@ -212,23 +243,7 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
             f"{_verdicts(r)}</td></tr>"
         )
     table.append("</table>")
-    sections.append(f"<h2>The {len(lowest)} lowest scores</h2>" + "".join(table))
-    if failed:
-        sections.append(
-            "<h2>Failed rows</h2><table><tr><th>id</th><th>cause</th><th>message</th></tr>"
-            + "".join(
-                f"<tr><td>{_cell(r.get('id'))}</td><td>{_cell(r['error'].get('cause'))}</td>"
-                f"<td>{_cell(r['error'].get('message'))}</td></tr>"
-                for r in failed
-            )
-            + "</table>"
-        )
-    return (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
-        f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{CSS}</style></head><body>"
-        + "".join(sections)
-        + "</body></html>\n"
-    )
+    return f"<h2>The {len(lowest)} lowest scores</h2>" + "".join(table)
 
 
 # -- `sumscore compare` -------------------------------------------------------------------------------------------
@@ -298,36 +313,8 @@ def render_comparison(
         f"<li>{html.escape(s['name'])}: {s['scored']} scored; left out: {html.escape(left_out(s))}</li>"
         for s in report["systems"]
     )
-    ranking = ""
-    if len(report["systems"]) > 2 and "score" in fields:
-        ranking = (
-            "<h2>Ranking by mean score</h2><ol>"
-            + "".join(
-                f"<li>{html.escape(n)}: {report['means'][n]['score']['mean']:.3f} "
-                f"[{report['means'][n]['score']['ci_low']:.3f}, {report['means'][n]['score']['ci_high']:.3f}]</li>"
-                for n in report["ranking"]
-            )
-            + (
-                "</ol><p><small>Per-system intervals do not test differences; the pairs "
-                "above do, with Holm's adjustment for multiple comparisons.</small></p>"
-            )
-        )
-    drill = []
-    for p in pairs[:3]:
-        for d in p["drill_down"]:
-
-            def misses(side):
-                items = [
-                    f'<li><span class="bad">unsupported</span>: {html.escape(str(c))}</li>' for c in side["unsupported"]
-                ]
-                items += [f'<li><span class="bad">missed</span>: {html.escape(str(q))}</li>' for q in side["missed"]]
-                return "<ul>" + "".join(items) + "</ul>" if items else "<small>nothing missed</small>"
-
-            drill.append(
-                f"<tr><td>{html.escape(str(d['document']))}</td>"
-                f"<td>{html.escape(p['a'])} <b>{d['score_a']:.3f}</b>{misses(d['a'])}</td>"
-                f"<td>{html.escape(p['b'])} <b>{d['score_b']:.3f}</b>{misses(d['b'])}</td></tr>"
-            )
+    ranking = _ranking(report)
+    drill = _drill_down(pairs)
     css = CSS + ".ci{stroke:#1f77b4;stroke-width:3}.strong{fill:#b00020;fill-opacity:1}"
     mixed = (
         (
@@ -354,3 +341,43 @@ def render_comparison(
         f"<h2>Where they differ most</h2><table id=drill><tr><th>document</th><th>A</th><th>B</th></tr>"
         f"{''.join(drill)}</table></body></html>"
     )
+
+
+def _ranking(report: dict) -> str:
+    """With more than two systems: the systems by mean score, each with its interval."""
+    ranking = ""
+    if len(report["systems"]) > 2 and "score" in report["fields"]:
+        ranking = (
+            "<h2>Ranking by mean score</h2><ol>"
+            + "".join(
+                f"<li>{html.escape(n)}: {report['means'][n]['score']['mean']:.3f} "
+                f"[{report['means'][n]['score']['ci_low']:.3f}, {report['means'][n]['score']['ci_high']:.3f}]</li>"
+                for n in report["ranking"]
+            )
+            + (
+                "</ol><p><small>Per-system intervals do not test differences; the pairs "
+                "above do, with Holm's adjustment for multiple comparisons.</small></p>"
+            )
+        )
+    return ranking
+
+
+def _drill_down(pairs: list[dict]) -> list[str]:
+    """The documents where the first pairs differ most, with what each side missed."""
+    drill = []
+    for p in pairs[:3]:
+        for d in p["drill_down"]:
+
+            def misses(side):
+                items = [
+                    f'<li><span class="bad">unsupported</span>: {html.escape(str(c))}</li>' for c in side["unsupported"]
+                ]
+                items += [f'<li><span class="bad">missed</span>: {html.escape(str(q))}</li>' for q in side["missed"]]
+                return "<ul>" + "".join(items) + "</ul>" if items else "<small>nothing missed</small>"
+
+            drill.append(
+                f"<tr><td>{html.escape(str(d['document']))}</td>"
+                f"<td>{html.escape(p['a'])} <b>{d['score_a']:.3f}</b>{misses(d['a'])}</td>"
+                f"<td>{html.escape(p['b'])} <b>{d['score_b']:.3f}</b>{misses(d['b'])}</td></tr>"
+            )
+    return drill

@@ -111,34 +111,14 @@ def score_file(
     for name, value in (("chunk_size", chunk_size), ("in_flight", in_flight), ("shard_rows", shard_rows)):
         check_count(name, value)  # before the judge loads: a typo costs no model load
     options = dict(options or {})
-    if scorer is not None and (ray is not None or options or model is not None):
-        raise UsageError(
-            "give score_file either a scorer, or metric, model and options to build one (a Ray pool "
-            "builds one per actor from them), not both"
-        )
-    if scorer is None:
-        scorer = METRICS[metric](model, cache=cache, engine=engine, **options)
+    scorer = _scorer(scorer, metric, model, options, cache, engine, ray)
     if output_format not in ("native", "mastra"):
         raise UsageError(f"output_format must be native or mastra. Given: {output_format}")
     if output_format == "mastra" and scorer.metric != "two-axis":
         raise UsageError("--output-format mastra is the two-axis metric's shape")
     output = Output.at(output_path, output_format)
     refuse_overwriting_input(input_path, [output.path, output.record])
-    items = list(
-        read_rows(
-            input_path,
-            source_field=source_field,
-            summary_field=summary_field,
-            id_field=id_field,
-            allow_long_summary=allow_long_summary,
-        )
-    )
-    if not items:
-        raise InputError(
-            "holds no rows (an empty file, or only blank lines): nothing to score, OUTPUT not written",
-            path=str(input_path),
-            cause="no_rows",
-        )
+    items = _rows(input_path, source_field, summary_field, id_field, allow_long_summary)
     # OUTPUT's folder is made now, before the judge loads: a typo in a path costs no model load.
     Path(output.path).parent.mkdir(parents=True, exist_ok=True)
     if output.sharded:
@@ -152,8 +132,6 @@ def score_file(
         warn(f"skipping: {item.error}")
     score_chunks = None
     if ray is not None:
-        if engine is not None:
-            raise UsageError("--engine ray runs local judges; it does not combine with --judge-url")
         score_chunks = ray.chunk_scorer(metric, model, options, cache)
     elif len(bad) < len(items):
         scorer.load()  # now: a bad --model fails before OUTPUT is touched
@@ -170,16 +148,54 @@ def score_file(
             progress=bar.update if bar is not None else None,
             score_chunks=score_chunks,
         )
-    if output.record != output.path:
-        final = [to_mastra(r) for r in report.rows] if output_format == "mastra" else report.rows
-        if output.sharded:
-            for n, start in enumerate(range(0, len(final), shard_rows)):
-                write_rows(final[start : start + shard_rows], Path(output.path) / f"part-{n:05d}.{shard_format}")
-        else:
-            write_rows(final, output.path)
+    _write_final(output, report.rows, output_format, shard_rows, shard_format)
     return FileRun(
         report=report, scorer=scorer, output=output, bad_rows=len(bad), seconds=time.perf_counter() - started
     )
+
+
+def _scorer(scorer, metric: str, model, options: dict, cache, engine, ray):
+    """The scorer given, or one built from metric, model, options, cache and engine; refuses a mix of both."""
+    if scorer is not None and (ray is not None or options or model is not None):
+        raise UsageError(
+            "give score_file either a scorer, or metric, model and options to build one (a Ray pool "
+            "builds one per actor from them), not both"
+        )
+    if ray is not None and engine is not None:
+        raise UsageError("--engine ray runs local judges; it does not combine with --judge-url")
+    return scorer if scorer is not None else METRICS[metric](model, cache=cache, engine=engine, **options)
+
+
+def _rows(input_path, source_field: str, summary_field: str, id_field: str, allow_long_summary: bool) -> list:
+    """INPUT's rows, each a Sample or a BadRow; InputError (cause "no_rows") when it holds none."""
+    items = list(
+        read_rows(
+            input_path,
+            source_field=source_field,
+            summary_field=summary_field,
+            id_field=id_field,
+            allow_long_summary=allow_long_summary,
+        )
+    )
+    if not items:
+        raise InputError(
+            "holds no rows (an empty file, or only blank lines): nothing to score, OUTPUT not written",
+            path=str(input_path),
+            cause="no_rows",
+        )
+    return items
+
+
+def _write_final(output: Output, rows: list[dict], output_format: str, shard_rows: int, shard_format: str) -> None:
+    """OUTPUT in its final form, where that is not the run's own record (another format, a folder of shards)."""
+    if output.record == output.path:
+        return
+    final = [to_mastra(r) for r in rows] if output_format == "mastra" else rows
+    if output.sharded:
+        for n, start in enumerate(range(0, len(final), shard_rows)):
+            write_rows(final[start : start + shard_rows], Path(output.path) / f"part-{n:05d}.{shard_format}")
+    else:
+        write_rows(final, output.path)
 
 
 def compare_files(

@@ -18,7 +18,8 @@ from offline_sumscore.core.results import FailedRow
 from offline_sumscore.core.samples import Sample, as_sample
 from offline_sumscore.core.source_pieces import fit_pieces
 from offline_sumscore.core.stages import StageRequest, StageResult
-from offline_sumscore.engine import Engine, stream
+from offline_sumscore.engine import Engine
+from offline_sumscore.engine.build import local_engine
 from offline_sumscore.engine.retry import RetryingEngine
 from offline_sumscore.engine.stage_cache import CachedEngine, StageCache
 
@@ -137,16 +138,13 @@ class ScorerBase:
     def engine(self) -> Engine:
         """The engine, built on first use: constructing a scorer loads nothing."""
         if self._engine is None:
-            from offline_sumscore.engine.executor import TransformersEngine
-            from offline_sumscore.engine.judge import Judge, load_judge
-
-            judge = (
-                self._model
-                if isinstance(self._model, Judge)
-                else load_judge(self._model, device=self.device, dtype=self.dtype)
-            )
-            self._engine = TransformersEngine(
-                judge, batch_size=self.batch_size, token_budget=self.token_budget, device_share=self.device_share
+            self._engine = local_engine(
+                self._model,
+                device=self.device,
+                dtype=self.dtype,
+                batch_size=self.batch_size,
+                token_budget=self.token_budget,
+                device_share=self.device_share,
             )
         return self._engine
 
@@ -162,9 +160,7 @@ class ScorerBase:
     def source_pieces(self, source: str, build: Callable[[str], Sequence[StageRequest]]) -> list[str]:
         """The source whole, or split on sentence boundaries into the fewest pieces such that every request that
         carries a piece (build(piece)) fits the judge's context. Never truncated."""
-        spare = getattr(self.stacked_engine, "spare_tokens", None)
-        if spare is None:
-            return [source]
+        spare = self.stacked_engine.spare_tokens
 
         def least(text: str) -> int | None:
             found = [s for s in (spare(r) for r in build(text)) if s is not None]
@@ -220,7 +216,7 @@ class ScorerBase:
                 )
             on_done(i, outcome)
 
-        stream(stacked, PlanFeed((self.plan(s) for s in samples), finish, in_flight))
+        stacked.stream(PlanFeed((self.plan(s) for s in samples), finish, in_flight))
 
     def _score_one(self, sample: Sample) -> Any:
         return self.score_many([sample])[0]

@@ -17,7 +17,7 @@ A verdict is read from the judge's distribution in one forward pass, never from 
 - verdicts="likelihood": the judge's mean log-probability per token of the statement after the text, minus the
   same without the text (stage "baseline"): how much the text makes the judge expect the statement (PMI). The
   verdict is PMI >= likelihood_threshold nats per token and P(yes) = sigmoid(PMI - threshold).
-The defaults follow the judge (judge.EMBEDDED_STAGES, BROUGHT_STAGES); each row's settings record the choice.
+The defaults follow the judge (design.EMBEDDED_STAGES, BROUGHT_STAGES); each row's settings record the choice.
 
 Then pure arithmetic (arithmetic.two_axis_score) in the chosen flavor. The reason is composed from the verdicts,
 not generated: it costs no tokens and cannot contradict them.
@@ -25,11 +25,11 @@ not generated: it costs no tokens and cannot contradict them.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core import prompts
 from offline_sumscore.core.arithmetic import FLAVORS, two_axis_score
 from offline_sumscore.core.coverage_items import distinct_questions, key_sentences, summary_sentences
 from offline_sumscore.core.errors import Failure, JudgeOutputError, UsageError, check_count
@@ -37,9 +37,18 @@ from offline_sumscore.core.results import SummarizationResult
 from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest, StageResult
-from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
+from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
+from offline_sumscore.scorers.design import stage_defaults
+from offline_sumscore.scorers.reasons import compose_reason
+from offline_sumscore.scorers.two_axis_stages import (
+    Replies,
+    VerdictStage,
+    claims_read,
+    claims_request,
+    questions_read,
+    questions_request,
+)
 
-YES_NO = ("Y", "N")  # a YesNoVerdict's yes and no tokens start with these
 CLAIM_PART_SENTENCES = 8  # atomic claims are asked of at most this many summary sentences at a time
 CLAIMS_BOUND = 64  # safety bound of one claims list; a list that reaches it is asked again in halves
 LIKELIHOOD_THRESHOLD = 2.0  # nats per token; see the likelihood_threshold parameter
@@ -48,55 +57,6 @@ CLAIMS_MODES, COVERAGE_MODES, VERDICT_MODES = (
     ("questions", "key_sentences"),
     ("yes-no", "likelihood"),
 )
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
-
-
-def _listed(items: Sequence[str], limit: int = 3) -> str:
-    shown = "; ".join(f'"{s}"' for s in items[:limit])
-    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
-
-
-def compose_reason(
-    score: float,
-    alignment: float,
-    coverage: float,
-    axis: str,
-    claims: list[dict],
-    questions: list[str],
-    verdicts: list[dict],
-    strict_mode: bool,
-    items: str = "questions",
-) -> str:
-    """ "The score is S because ..." naming the axis that set the score and the claims or items behind it."""
-    head = f"The score is {_fmt(score)} because"
-    if not claims:
-        return f"{head} the summary makes no claim that could be checked against the source, so alignment is 0."
-    if not questions:
-        return f"{head} there was nothing to check coverage against (no {items}), so coverage is 0."
-    counted = [(q, v) for q, v in zip(questions, verdicts) if v.get("source_answered", True)]
-    unsupported = [c["claim"] for c in claims if not c["supported"]]
-    missed = [q for q, v in counted if not v["answered"]] + questions[len(verdicts) :]
-    strict = " (strict mode: an axis below 1 counts as 0)" if strict_mode else ""
-    why_a = (
-        f"{len(unsupported)} of {len(claims)} claims are not supported by the source: {_listed(unsupported)}"
-        if unsupported
-        else "every claim is supported by the source"
-    )
-    why_c = (
-        f"the summary does not cover {len(missed)} of {len(counted)} {items}: {_listed(missed)}"
-        if missed
-        else f"the summary covers every one of the {items}"
-    )
-    if axis == "both":
-        if alignment == 1:
-            return f"{head} both alignment and coverage are 1: {why_a}, and {why_c}."
-        return f"{head} alignment and coverage are both {_fmt(round(alignment, 2))}{strict}: {why_a}; and {why_c}."
-    if axis == "alignment":
-        return f"{head} alignment ({_fmt(round(alignment, 2))}) set it{strict}: {why_a}."
-    return f"{head} coverage ({_fmt(round(coverage, 2))}) set it{strict}: {why_c}."
 
 
 def _choose(name: str, value: str, allowed: Sequence[str]) -> str:
@@ -221,11 +181,10 @@ class SummarizationScorer(ScorerBase):
     def design(self) -> dict[str, Any]:
         """The stage design in use: each "auto" resolved from the judge's stage defaults (this loads the judge)."""
         if self._design is None:
-            defaults = self.stacked_engine.describe().get("judge", {}).get("stage_defaults") or {}
-            from offline_sumscore.engine.judge import BROUGHT_STAGES
+            defaults = stage_defaults(self.stacked_engine.describe().get("judge", {}))
 
             def pick(given: str, key: str) -> str:
-                return given if given != "auto" else defaults.get(key, BROUGHT_STAGES[key])
+                return given if given != "auto" else defaults[key]
 
             design = {
                 "claims": pick(self.claims_mode, "claims"),
@@ -276,186 +235,126 @@ class SummarizationScorer(ScorerBase):
         )
 
     # -- the plan ---------------------------------------------------------------------------------------------
-    def _verdict(self, sid: str, stage: str, text: str, statement: str, ask: str = "statement") -> list[StageRequest]:
-        """The requests that give one verdict: one yes-no request, or a likelihood request and its baseline."""
+    @property
+    def verdict_stage(self) -> VerdictStage:
         d = self.design
-        style, why = d["prompt_style"], d["verdict_reasons"]
-        if d["verdicts"] == "likelihood":
-            if ask != "statement":
-                raise UsageError(
-                    "likelihood verdicts check statements, not questions: pass key_facts or use "
-                    'coverage="key_sentences", or verdicts="yes-no" to ask questions'
-                )
-            return [
-                StageRequest(
-                    sid,
-                    stage,
-                    tuple(prompts.likelihood_prompt(text, style=style)),
-                    schemas.Likelihood,
-                    continuation=statement,
-                ),
-                StageRequest(
-                    sid,
-                    "baseline",
-                    tuple(prompts.likelihood_prompt("", style=style)),
-                    schemas.Likelihood,
-                    continuation=statement,
-                ),
-            ]
-        render = {
-            "statement": prompts.statement_prompt,
-            "question": prompts.question_prompt,
-            "answerable": prompts.answerable_prompt,
-        }[ask]
-        return [
-            StageRequest(
-                sid,
-                stage,
-                tuple(render(text, statement, with_reason=why, style=style)),
-                schemas.yes_no_verdict(self.max_reason_chars if why else None),
-                verdict_choice=YES_NO,
-            )
-        ]
-
-    def _read(self, replies: list[StageResult], stages: dict, key: str) -> dict:
-        """One verdict from its replies: {"verdict", "p", "reason"?, "pmi"?}. Raises JudgeOutputError loudly."""
-        if self.design["verdicts"] == "likelihood":
-            text = require(replies[0], stages, key)
-            base = require(replies[1], stages, f"{key}.baseline")
-            pmi = text.mean_logprob - base.mean_logprob
-            margin = pmi - self.likelihood_threshold
-            return {"verdict": margin >= 0, "p": 1 / (1 + math.exp(-margin)), "pmi": round(pmi, 6)}
-        value = require(replies[0], stages, key)
-        out = {"verdict": value.verdict, "p": first_prob(replies[0])}
-        if value.reason is not None:
-            out["reason"] = value.reason
-        return out
+        return VerdictStage(
+            d["verdicts"], d["prompt_style"], d["verdict_reasons"], self.max_reason_chars, self.likelihood_threshold
+        )
 
     def plan(self, sample: Sample) -> Plan:
-        d, sid = self.design, sample.id
+        """A sample's stages, as named steps:
+        1. what coverage is checked against: the user's questions or key facts, key sentences, or questions the
+           judge draws from the source;
+        2. the source, whole or in pieces that each fit the judge's context;
+        3. the claims and the drawn questions (one wave, when either needs the judge);
+        4. every verdict, each claim and each coverage item alone (one wave);
+        5. the score, its reason and the result (pure arithmetic)."""
         stages: dict[str, dict] = {}
-        width = 2 if d["verdicts"] == "likelihood" else 1  # requests per verdict
+        coverage = self._coverage(sample)
+        pieces = self._pieces(sample, coverage)
+        claims = yield from self._claims_and_questions(sample, pieces, coverage, stages)
+        judged, verdicts = yield from self._verdicts(sample, pieces, claims, coverage, stages)
+        return self._result(sample, pieces, judged, coverage, verdicts, stages)
 
-        # What to check. Claims and coverage items that need no judge are known at once.
+    def _coverage(self, sample: Sample) -> Coverage:
         given_q = sample.questions if sample.questions is not None else self.questions
         given_f = sample.key_facts if sample.key_facts is not None else self.key_facts
-        if given_q is not None and len(given_q) == 0:
-            given_q = None  # DeepEval: empty assessment questions mean "generate them"
-        if given_q is not None:
-            coverage_from, items, ask = "user_questions", list(given_q), "question"
-        elif given_f is not None:
-            coverage_from, items, ask = "key_facts", list(given_f), "statement"
-        elif d["coverage"] == "key_sentences":
-            coverage_from, items, ask = "key_sentences", key_sentences(sample.source, self.key_sentences), "statement"
-        else:
-            coverage_from, items, ask = "questions", None, "question"
+        if given_q:  # DeepEval: empty assessment questions mean "generate them"
+            return Coverage("user_questions", list(given_q), "question")
+        if given_f is not None:
+            return Coverage("key_facts", list(given_f), "statement")
+        if self.design["coverage"] == "key_sentences":
+            return Coverage("key_sentences", key_sentences(sample.source, self.key_sentences), "statement")
+        return Coverage("questions", None, "question")
 
-        # A source too long for the judge's context is split on sentence boundaries, so that each piece fits a
-        # verdict request about the longest claim the summary could hold (and a questions request, if asked).
+    def _pieces(self, sample: Sample, coverage: Coverage) -> list[str]:
+        """A source too long for the judge's context is split on sentence boundaries, so that each piece fits a
+        verdict request about the longest claim the summary could hold (and a questions request, if asked)."""
         longest = "x" * self.max_text_chars
-        if d["claims"] == "sentences":
+        if self.design["claims"] == "sentences":
             longest = max(summary_sentences(sample.summary) or [longest], key=len)
 
         def carriers(text: str) -> list[StageRequest]:
-            reqs = [self._verdict(sid, "support", text, longest)[0]]
-            if items is None:
-                reqs.append(
-                    StageRequest(
-                        sid,
-                        "questions",
-                        tuple(prompts.questions_prompt(text, n=self.max_questions, style=d["prompt_style"])),
-                        schemas.questions_list(self.max_questions, self.max_text_chars),
-                    )
-                )
+            reqs = [self.verdict_stage.requests(sample.id, "support", text, longest)[0]]
+            if coverage.items is None:
+                reqs.append(self._questions_request(sample.id, text, self.max_questions))
             return reqs
 
-        pieces = self.source_pieces(sample.source, carriers)
-        exact = self.flavor == "deepeval"
-        asking = (
-            [(k, n) for k, n in enumerate(allot(self.max_questions, [len(p) for p in pieces])) if n > 0]
-            if items is None
-            else []
-        )
-        parts = (
-            [" ".join(part) for part in _groups(summary_sentences(sample.summary), CLAIM_PART_SENTENCES)]
-            if d["claims"] == "atomic"
-            else []
-        )
-        claims = summary_sentences(sample.summary) if d["claims"] == "sentences" else None
+        return self.source_pieces(sample.source, carriers)
+
+    def _claims_and_questions(self, sample: Sample, pieces: list[str], coverage: Coverage, stages: dict):
+        """The claims (the summary's sentences, or atomic claims the judge lists per part of the summary) and, when
+        coverage needs them, the questions the judge draws from each piece (into coverage.items and .dropped)."""
+        sentences = summary_sentences(sample.summary)
+        atomic = self.design["claims"] == "atomic"
+        parts = [" ".join(part) for part in _groups(sentences, CLAIM_PART_SENTENCES)] if atomic else []
+        asking = []
+        if coverage.items is None:
+            asking = [(k, n) for k, n in enumerate(allot(self.max_questions, [len(p) for p in pieces])) if n > 0]
         wave = [self._claims_request(sample.id, part) for part in parts]
-        wave += [
-            StageRequest(
-                sample.id,
-                "questions",
-                tuple(prompts.questions_prompt(pieces[k], n=n, exact=exact, style=d["prompt_style"])),
-                schemas.questions_list(n, self.max_text_chars, n if exact else 1),
-            )
-            for k, n in asking
-        ]
-        dropped: list[dict] = []
-        if wave:
-            results = yield wave
-            if parts:
-                claims = yield from self._atomic_claims(sample.id, parts, results[: len(parts)], stages)
-            if items is None:
-                drawn = [
-                    q
-                    for (k, _), r in zip(asking, results[len(parts) :])
-                    for q in require(r, stages, "questions" if len(pieces) == 1 else f"questions.{k}").questions
-                ]
-                items, dropped = distinct_questions(drawn)
-        asked = items[: self.max_questions] if self.flavor == "mastra" else items
+        exact = self.flavor == "deepeval"
+        wave += [self._questions_request(sample.id, pieces[k], n, exact=exact) for k, n in asking]
+        if not wave:
+            return sentences
+        replies = Replies((yield wave))
+        claims = sentences
+        if parts:
+            claims = yield from self._atomic_claims(sample.id, parts, replies.take(len(parts)), stages)
+        if coverage.items is None:
+            drawn = [
+                q
+                for (k, _), r in zip(asking, replies.take(len(asking)))
+                for q in questions_read(r, stages, "questions" if len(pieces) == 1 else f"questions.{k}")
+            ]
+            coverage.items, coverage.dropped = distinct_questions(drawn)
+        return claims
 
-        # Wave 2: every verdict, each claim and each item alone.
-        wave = [req for claim in claims for piece in pieces for req in self._verdict(sid, "support", piece, claim)]
+    def _verdicts(self, sample: Sample, pieces: list[str], claims: list[str], coverage: Coverage, stages: dict):
+        """Every claim against every piece of the source, every counted item against the summary (and, for
+        DeepEval's flavor, each question against the source). Returns the judged claims and the items' verdicts."""
+        verdict, sid, asked = self.verdict_stage, sample.id, self._asked(coverage)
+        deepeval_q = self.flavor == "deepeval" and coverage.ask == "question"
+        ask = coverage.ask if coverage.ask == "statement" or self.flavor == "mastra" else "answerable"
+        wave = [req for claim in claims for piece in pieces for req in verdict.requests(sid, "support", piece, claim)]
         for item in asked:
-            wave += self._verdict(
-                sid,
-                "coverage",
-                sample.summary,
-                item,
-                ask if ask == "statement" or self.flavor == "mastra" else "answerable",
-            )
-            if self.flavor == "deepeval" and ask == "question":
-                wave += [
-                    req for piece in pieces for req in self._verdict(sid, "source_answer", piece, item, "answerable")
-                ]
-        replies = (yield wave) if wave else []
-
-        at, judged = 0, []
-        for i, claim in enumerate(claims):
-            found = []
-            for k in range(len(pieces)):
-                key = f"support.{i}" if len(pieces) == 1 else f"support.{i}.{k}"
-                found.append(self._read(replies[at : at + width], stages, key))
-                at += width
-            best = max(range(len(pieces)), key=lambda k: (found[k]["verdict"], found[k]["p"] or 0))
-            entry = {"claim": claim, "supported": found[best]["verdict"], "p_supported": found[best]["p"]}
-            entry.update({k: v for k, v in found[best].items() if k in ("reason", "pmi")})
-            if len(pieces) > 1:
-                entry["piece"] = best if found[best]["verdict"] else None
-                entry["p_by_piece"] = [f["p"] for f in found]  # the claim checked against each piece of the source
-            judged.append(entry)
-        verdicts: list[dict] = []
+            wave += verdict.requests(sid, "coverage", sample.summary, item, ask)
+            if deepeval_q:
+                wave += [r for p in pieces for r in verdict.requests(sid, "source_answer", p, item, "answerable")]
+        replies = Replies((yield wave) if wave else [])
+        judged = [self._judged_claim(claim, i, len(pieces), replies, stages) for i, claim in enumerate(claims)]
+        verdicts = []
         for j in range(len(asked)):
-            got = self._read(replies[at : at + width], stages, f"coverage.{j}")
-            at += width
-            verdict = {"answered": got["verdict"], "p_answered": got["p"]}
-            verdict.update({k: v for k, v in got.items() if k in ("reason", "pmi")})
-            if self.flavor == "deepeval" and ask == "question":
-                sources = []
-                for k in range(len(pieces)):
-                    sources.append(
-                        self._read(
-                            replies[at : at + width],
-                            stages,
-                            f"source_answer.{j}" if len(pieces) == 1 else f"source_answer.{j}.{k}",
-                        )
-                    )
-                    at += width
-                verdict["source_answered"] = any(s["verdict"] for s in sources)
-            verdicts.append(verdict)
+            got = verdict.read(replies.take(verdict.width), stages, f"coverage.{j}")
+            entry = {"answered": got["verdict"], "p_answered": got["p"]}
+            entry.update({k: v for k, v in got.items() if k in ("reason", "pmi")})
+            if deepeval_q:
+                keys = [f"source_answer.{j}" + (f".{k}" if len(pieces) > 1 else "") for k in range(len(pieces))]
+                answers = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
+                entry["source_answered"] = any(a["verdict"] for a in answers)
+            verdicts.append(entry)
+        return judged, verdicts
 
+    def _judged_claim(self, claim: str, i: int, n_pieces: int, replies: Replies, stages: dict) -> dict:
+        """A claim's entry: supported when any piece of the source supports it (the most confident piece wins)."""
+        verdict = self.verdict_stage
+        keys = [f"support.{i}" + (f".{k}" if n_pieces > 1 else "") for k in range(n_pieces)]
+        found = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
+        best = max(range(n_pieces), key=lambda k: (found[k]["verdict"], found[k]["p"] or 0))
+        entry = {"claim": claim, "supported": found[best]["verdict"], "p_supported": found[best]["p"]}
+        entry.update({k: v for k, v in found[best].items() if k in ("reason", "pmi")})
+        if n_pieces > 1:
+            entry["piece"] = best if found[best]["verdict"] else None
+            entry["p_by_piece"] = [f["p"] for f in found]  # the claim checked against each piece of the source
+        return entry
+
+    def _asked(self, coverage: Coverage) -> list[str]:
+        """The items verdicts are asked for: Mastra counts at most max_questions of them."""
+        return coverage.items[: self.max_questions] if self.flavor == "mastra" else coverage.items
+
+    def _result(self, sample, pieces, judged, coverage: Coverage, verdicts, stages) -> SummarizationResult:
+        """The score from the verdicts (arithmetic.two_axis_score), the reason composed from them, every verdict."""
+        items = coverage.items
         value = two_axis_score(
             judged,
             items,
@@ -466,27 +365,19 @@ class SummarizationScorer(ScorerBase):
             threshold=self.threshold,
             flavor=self.flavor,
         )
-        noun = {
-            "questions": "questions",
-            "user_questions": "questions",
-            "key_facts": "key facts",
-            "key_sentences": "key sentences of the source",
-        }[coverage_from]
-        reason = (
-            compose_reason(
+        reason = None
+        if self.include_reason:
+            reason = compose_reason(
                 value.score,
                 value.alignment,
                 value.coverage,
                 value.limiting_axis,
                 judged,
-                asked,
+                self._asked(coverage),
                 verdicts,
                 self.strict_mode,
-                noun,
+                ITEM_NOUNS[coverage.source],
             )
-            if self.include_reason
-            else None
-        )
         counted = [v for v in verdicts if v.get("source_answered", True)]
         return SummarizationResult(
             id=sample.id,
@@ -498,22 +389,28 @@ class SummarizationScorer(ScorerBase):
             passed=value.passed,
             claims=judged,
             questions=items,
-            coverage_from=coverage_from,
+            coverage_from=coverage.source,
             coverage_verdicts=verdicts,
-            dropped_questions=dropped,
+            dropped_questions=coverage.dropped,
             soft_alignment=soft_score([c["p_supported"] for c in judged]),
             soft_coverage=soft_score([v["p_answered"] for v in counted]),
             source_pieces=len(pieces),
-            settings=dict(self.settings, **{f"design.{k}": v for k, v in d.items()}),
+            settings=dict(self.settings, **{f"design.{k}": v for k, v in self.design.items()}),
             stages=stages,
         )
 
     def _claims_request(self, sample_id: str, part: str) -> StageRequest:
-        return StageRequest(
+        return claims_request(
             sample_id,
-            "claims",
-            tuple(prompts.claims_prompt(part, style=self.design["prompt_style"])),
-            schemas.claims_list(self.max_claims, self.max_text_chars),
+            part,
+            style=self.design["prompt_style"],
+            max_claims=self.max_claims,
+            max_text_chars=self.max_text_chars,
+        )
+
+    def _questions_request(self, sample_id: str, text: str, n: int, exact: bool = False) -> StageRequest:
+        return questions_request(
+            sample_id, text, n, style=self.design["prompt_style"], max_text_chars=self.max_text_chars, exact=exact
         )
 
     def _atomic_claims(self, sample_id: str, parts: list[str], results: list[StageResult], stages: dict):
@@ -522,7 +419,7 @@ class SummarizationScorer(ScorerBase):
         claims_of: list[list[str] | None] = []
         raws = [r.raw_output for r in results]
         for k, result in enumerate(results):
-            found = list(require(result, stages, "claims" if len(parts) == 1 else f"claims.{k}").claims)
+            found = claims_read(result, stages, "claims" if len(parts) == 1 else f"claims.{k}")
             claims_of.append(None if len(found) >= self.max_claims else found)
         round_ = 0
         while any(c is None for c in claims_of):
@@ -547,13 +444,32 @@ class SummarizationScorer(ScorerBase):
                     new_raws.append(raws[k])
                     continue
                 for half in halves[k]:
-                    found = list(require(replies[at], stages, f"claims.split{round_}.{at}").claims)
+                    found = claims_read(replies[at], stages, f"claims.split{round_}.{at}")
                     new_parts.append(half)
                     new_claims.append(None if len(found) >= self.max_claims else found)
                     new_raws.append(replies[at].raw_output)
                     at += 1
             parts, claims_of, raws = new_parts, new_claims, new_raws
         return [c for part in claims_of for c in part]
+
+
+@dataclass
+class Coverage:
+    """What coverage is checked against: where the items come from (coverage_from), the items (None until the judge
+    draws them), how each is asked of the summary, and drawn questions that were not counted."""
+
+    source: str
+    items: list[str] | None
+    ask: str
+    dropped: list[dict] = field(default_factory=list)
+
+
+ITEM_NOUNS = {
+    "questions": "questions",
+    "user_questions": "questions",
+    "key_facts": "key facts",
+    "key_sentences": "key sentences of the source",
+}
 
 
 def _halves(part: str) -> list[str]:

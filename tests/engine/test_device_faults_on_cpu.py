@@ -18,8 +18,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from transformers.integrations import sdpa_attention
 
-from offline_sumscore.engine import kv_slots
-from offline_sumscore.engine.executor import TransformersEngine, _unpack
+from offline_sumscore.engine.local import TransformersEngine, attention
+from offline_sumscore.engine.local.sampling import unpack
 from tests.engine.test_engine_on_embedded_judge import mix, same
 
 pytestmark = pytest.mark.model
@@ -47,7 +47,7 @@ def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(ju
             out = out.masked_fill(nothing[..., None], float("nan"))
         return out.reshape(rows, heads, queries, dim)
 
-    monkeypatch.setattr(kv_slots, "_gqa", nan_on_blind_rows)
+    monkeypatch.setattr(attention, "_gqa", nan_on_blind_rows)
     results = TransformersEngine(judge).run(mix())
     assert calls and blind == []
     same(reference, results)
@@ -55,7 +55,7 @@ def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(ju
 
 # -- out of memory anywhere in a pass -----------------------------------------------------------------------
 @pytest.mark.parametrize(
-    "where,phase", [("layer", "_step"), ("head", "_step"), ("layer", "_likelihood_pass"), ("head", "_likelihood_pass")]
+    "where,phase", [("layer", "step"), ("head", "step"), ("layer", "likelihood"), ("head", "likelihood")]
 )
 def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, reference, where, phase):
     engine = TransformersEngine(judge)
@@ -71,8 +71,8 @@ def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, 
 
         return wrapped
 
-    for name in ("_step", "_likelihood_pass"):
-        setattr(engine, name, tracked(name, getattr(engine, name)))
+    engine.stepper.step = tracked("step", engine.stepper.step)
+    engine.likelihood.one_pass = tracked("likelihood", engine.likelihood.one_pass)
     layers = judge.model.get_decoder().layers
     module = layers[len(layers) // 2] if where == "layer" else judge.model.get_output_embeddings()
 
@@ -95,8 +95,8 @@ def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, 
 
 def test_an_admission_that_runs_out_of_memory_waits_for_running_rows_to_leave(judge, reference):
     engine = TransformersEngine(judge, batch_size=4)
-    original, counts = engine._place, {"tries": 0, "steps": 0}
-    step = engine._step
+    original, counts = engine.admission.place, {"tries": 0, "steps": 0}
+    step = engine.stepper.step
 
     def place(units, batch):
         if batch.live:  # no room for new rows while any run: only an empty batch admits
@@ -108,7 +108,7 @@ def test_an_admission_that_runs_out_of_memory_waits_for_running_rows_to_leave(ju
         counts["steps"] += 1
         return step(batch)
 
-    engine._place, engine._step = place, counted_step
+    engine.admission.place, engine.stepper.step = place, counted_step
     results = engine.run(mix())
     same(reference, results)
     # Each refused admission is tried again only once a running row has left, not at every step.
@@ -147,14 +147,14 @@ class CountSyncs(TorchFunctionMode):
 
 def test_a_decoding_step_synchronises_with_the_device_once(judge, reference):
     engine = TransformersEngine(judge)
-    step, per_step = engine._step, []
+    step, per_step = engine.stepper.step, []
 
     def counted(batch):
         with CountSyncs() as mode:
             step(batch)
         per_step.append(mode.count)
 
-    engine._step = counted
+    engine.stepper.step = counted
     same(reference, engine.run(mix()))
     assert len(per_step) > 10 and max(per_step) == 1
 
@@ -178,13 +178,13 @@ def test_a_step_neither_concatenates_nor_expands_the_cache(judge, reference, mon
             return func(*args, **(kwargs or {}))
 
     engine = TransformersEngine(judge)
-    step = engine._step
+    step = engine.stepper.step
 
     def counted(batch):
         with CountCat():
             step(batch)
 
-    engine._step = counted
+    engine.stepper.step = counted
     same(reference, engine.run(mix()))
     assert calls == {"cat": 0, "repeat_kv": 0}
 
@@ -198,6 +198,7 @@ def test_host_work_per_step_at_512_rows_takes_less_than_the_vocabulary_unpack_it
     grammar = schemas.grammar_of(schemas.claims_list(3, 50))
     rows = [SimpleNamespace(matcher=engine.grammars.matcher(grammar)) for _ in range(512)]
     live = list(range(512))
+    sampler = engine.sampler
 
     def best(fn):
         times = []
@@ -207,12 +208,12 @@ def test_host_work_per_step_at_512_rows_takes_less_than_the_vocabulary_unpack_it
             times.append(time.perf_counter() - began)
         return min(times)
 
-    now = best(lambda: engine._masks(rows, live, {}, {i: i for i in live}))
-    bitmask = engine._bitmask[:512]
+    now = best(lambda: sampler.masks(rows, live, {}, {i: i for i in live}))
+    bitmask = sampler._bitmask[:512]
 
     def old():
-        allowed = _unpack(bitmask, engine.vocab_size)
-        return allowed.sum(1) == allowed[:, engine.eos_ids].sum(1)
+        allowed = unpack(bitmask, sampler.vocab_size)
+        return allowed.sum(1) == allowed[:, sampler.eos_ids].sum(1)
 
     before = best(old)
     assert now < before, (now, before)

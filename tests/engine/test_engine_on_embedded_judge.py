@@ -12,7 +12,7 @@ import torch
 from offline_sumscore import SummaryScore
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.stages import StageRequest
-from offline_sumscore.engine.executor import TransformersEngine
+from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -76,8 +76,8 @@ def mix() -> list[StageRequest]:
     return reqs
 
 
-def run(judge, **engine_options):
-    engine = TransformersEngine(judge, **engine_options)
+def run(judge, without=(), **engine_options):
+    engine = TransformersEngine(judge, features=EngineFeatures().without(*without), **engine_options)
     return engine.run(mix()), engine.stats
 
 
@@ -97,26 +97,26 @@ def full(judge):
 
 
 def test_batched_rows_equal_one_at_a_time(judge, full):
-    alone, stats = run(judge, batch_size=1, shared_prefix=False)  # every row alone in its batch
+    alone, stats = run(judge, ["shared_prefix"], batch_size=1)  # every row alone in its batch
     same(full[0], alone)
     assert stats.forward_passes > full[1].forward_passes  # batching really merged passes
 
 
 def test_shared_prefix_rows_equal_unshared_rows(judge, full):
-    unshared, stats = run(judge, shared_prefix=False)
+    unshared, stats = run(judge, ["shared_prefix"])
     same(full[0], unshared)
     assert full[1].prefill_tokens < stats.prefill_tokens  # each source and summary prefix was computed once
 
 
 def test_drafted_rows_equal_rows_decoded_one_token_a_step(judge, full):
-    plain, stats = run(judge, drafts=False)
+    plain, stats = run(judge, ["drafts"])
     same(full[0], plain)
     assert full[1].accepted_draft_tokens > 0 and stats.draft_tokens == 0  # drafts were fed, and some were kept
     assert full[1].forward_passes < stats.forward_passes and full[1].decoded_tokens == stats.decoded_tokens
 
 
 def test_forced_tokens_and_logit_verdicts_equal_token_by_token_decoding(judge, full):
-    plain, stats = run(judge, shared_prefix=False, forced_tokens=False, logit_verdicts=False)
+    plain, stats = run(judge, ["shared_prefix", "forced_tokens", "logit_verdicts"])
     same(full[0], plain)
     assert full[1].forced_tokens > 0 and stats.forced_tokens == 0
     assert full[1].decoded_tokens < stats.decoded_tokens and full[1].skipped_forwards > 0

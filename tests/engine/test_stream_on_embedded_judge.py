@@ -9,7 +9,7 @@ how many requests shared a call.
 import pytest
 
 from offline_sumscore import SummarizationScorer
-from offline_sumscore.engine.executor import TransformersEngine
+from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -50,8 +50,8 @@ def same_rows(left, right):
         assert len(ra["p"]) == len(rb["p"]) and all(abs(x - y) < 1e-3 for x, y in zip(ra["p"], rb["p"]))
 
 
-def score(judge, options, items=ITEMS, **engine_options):
-    engine = TransformersEngine(judge, **engine_options)
+def score(judge, options, items=ITEMS, without=()):
+    engine = TransformersEngine(judge, features=EngineFeatures().without(*without))
     return SummarizationScorer(engine=engine, **options).score_many(items), engine
 
 
@@ -64,7 +64,7 @@ def streamed(judge):
 def test_rows_through_the_stream_equal_rows_run_alone(judge, streamed, design):
     options = DECODING if design == "decoding" else EMBEDDED
     rows, engine = streamed[design]
-    alone = [score(judge, options, [item], continuous=False, prefix_store=False)[0][0] for item in ITEMS]
+    alone = [score(judge, options, [item], without=["continuous", "prefix_store"])[0][0] for item in ITEMS]
     same_rows(rows, alone)
     assert engine.stats.stored_tokens > 0  # the second summary of each source took its source from the store
 
@@ -109,7 +109,7 @@ def test_identical_requests_in_flight_are_computed_once(judge):
     ]
     engine = TransformersEngine(judge)
     results = engine.run(reqs)
-    alone = TransformersEngine(judge, prefix_store=False).run(reqs[:1])[0]
+    alone = TransformersEngine(judge, features=EngineFeatures(prefix_store=False)).run(reqs[:1])[0]
     assert all(r.ok for r in results) and [r.raw_output for r in results] == [alone.raw_output] * 3
     assert [r.cached for r in results] == [False, True, True] and [r.request.sample_id for r in results] == list("abc")
     assert engine.stats.decoded_tokens == alone.decoded_tokens  # decoded once

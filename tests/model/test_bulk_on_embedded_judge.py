@@ -16,7 +16,7 @@ import pytest
 
 from offline_sumscore import SummarizationScorer, SummaryScore
 from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
-from offline_sumscore.engine.executor import TransformersEngine
+from offline_sumscore.engine.local import TransformersEngine
 from tests.unit.test_hostile_text import HOSTILE
 
 pytestmark = pytest.mark.model

@@ -18,7 +18,8 @@ from offline_sumscore import FailedRow, ModelLoadError, SummarizationScorer, Sum
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.coverage_items import key_sentences, summary_sentences
 from offline_sumscore.core.stages import StageRequest
-from offline_sumscore.engine.executor import TransformersEngine
+from offline_sumscore.engine.local import TransformersEngine
+from offline_sumscore.scorers.design import stage_defaults
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -34,7 +35,7 @@ def test_judge_loads_on_cpu_in_float32_with_its_decisions_recorded(judge):
 
 
 def test_two_axis_at_the_embedded_defaults_judges_each_sentence_by_likelihood(judge):
-    assert judge.stage_defaults == {
+    assert judge.embedded and stage_defaults(judge.describe()) == {
         "claims": "sentences",
         "coverage": "key_sentences",
         "verdicts": "likelihood",

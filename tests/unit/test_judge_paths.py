@@ -35,7 +35,7 @@ def test_messages_are_one_line(tmp_path):
 
 
 def test_capacity_counts_memory_reserved_but_unused_and_divides_a_shared_device():
-    from offline_sumscore.engine.executor import kv_token_budget, usable_memory
+    from offline_sumscore.engine.local.capacity import kv_token_budget, usable_memory
     from offline_sumscore.runs.ray_pool import _share
 
     gib = 2**30
@@ -52,7 +52,7 @@ def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its
 
     import torch
 
-    from offline_sumscore.engine.executor import TransformersEngine
+    from offline_sumscore.engine.local.capacity import capacity
 
     gib = 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10 * gib, 141 * gib))
@@ -61,16 +61,11 @@ def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its
     config = SimpleNamespace(
         num_key_value_heads=8, num_attention_heads=32, head_dim=128, hidden_size=4096, num_hidden_layers=32
     )
-    engine = SimpleNamespace(
-        judge=SimpleNamespace(model=SimpleNamespace(config=config, dtype=torch.bfloat16)),
-        device=torch.device("cuda"),
-        device_share=1.0,
-    )
-    _, whole, _ = TransformersEngine._capacity(engine, None, None)
-    engine.device_share = 0.5
-    _, half, why = TransformersEngine._capacity(engine, None, None)
-    assert whole == 65536 and half == 32768  # (10 + 6 GiB) / 2 for the cache, then halved again by the share
-    assert "0.5 of it" in engine.free_memory
+    model, cuda = SimpleNamespace(config=config, dtype=torch.bfloat16), torch.device("cuda")
+    whole = capacity(model, cuda, batch_size=None, token_budget=None, device_share=1.0)
+    half = capacity(model, cuda, batch_size=None, token_budget=None, device_share=0.5)
+    assert whole.token_budget == 65536 and half.token_budget == 32768  # (10 + 6 GiB) / 2, then halved by the share
+    assert "0.5 of it" in half.free_memory and "131072 bytes of KV per token" in half.reason
 
 
 def test_a_judges_identity_is_its_weights_and_config_not_where_they_lie(tmp_path):

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from offline_sumscore.engine.kv_slots import KVSlots, RaggedPass, grouped_query_sdpa, ragged_attention
+from offline_sumscore.engine.local import attention
+from offline_sumscore.engine.local.attention import RaggedPass, grouped_query_sdpa, ragged_attention
+from offline_sumscore.engine.local.kv_slots import KVSlots
 
 CONFIG = types.SimpleNamespace(
     num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, head_dim=3, hidden_size=12
@@ -138,13 +140,15 @@ def reference_attention(q, keys, values, filled, counts, group):
     "counts", [[1, 1, 1], [4, 1, 0, 3, 3], [2, 0, 1, 5, 1, 2, 1, 3, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2]]
 )
 @pytest.mark.parametrize("merge_runs", [False, True])
-def test_ragged_attention_equals_each_rows_own_causal_attention(counts, merge_runs):
+def test_ragged_attention_equals_each_rows_own_causal_attention(counts, merge_runs, monkeypatch):
+    """merge_runs: the many runs of a pass attended as one padded call, as on a GPU."""
+    monkeypatch.setattr(attention, "MERGE_RUNS_ON", ("cuda", "cpu") if merge_runs else ("cuda",))
     torch.manual_seed(0)
     rows, group = len(counts), 2
     filled = np.array([(3 * r) % 7 + 1 for r in range(rows)])
     stop = int((filled + np.array(counts)).max())
     keys, values = torch.randn(rows, 2, stop, 3), torch.randn(rows, 2, stop, 3)
-    layout = RaggedPass(filled, np.array(counts), torch.device("cpu"), merge_runs=merge_runs)
+    layout = RaggedPass(filled, np.array(counts), torch.device("cpu"))
     q = torch.randn(1, 4, layout.tokens, 3)
     got = ragged_attention(q, keys, values, layout, None)
     assert got.shape == (1, layout.tokens, 4, 3)

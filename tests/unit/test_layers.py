@@ -12,8 +12,8 @@ from pathlib import Path
 import offline_sumscore
 
 PACKAGE = Path(offline_sumscore.__file__).parent
-# Bottom to top. A module at the package's top (cli, testing, __init__, __main__) stands above every folder.
-LAYERS = ["core", "engine", "scorers", "analysis", "io", "peers", "runs"]
+# Bottom to top. A module at the package's top (testing, __init__, __main__) stands above every folder.
+LAYERS = ["core", "engine", "scorers", "analysis", "io", "peers", "runs", "cli"]
 
 
 def module_name(path: Path) -> str:

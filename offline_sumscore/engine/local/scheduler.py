@@ -1,21 +1,24 @@
-"""What the engine runs next, decided without touching the model: rows, units, the running batch, admission under
-the row cap and the token budget, preemption, and the prefix store.
+"""What the engine runs next, decided without touching the model: rows and their progress, units, the running
+batch, admission under the row cap and the token budget, and preemption.
 
-The executor (executor.py) carries out what this module decides: forward passes, grammar masks, reading verdicts. Every
-decision here depends on the requests and the settings alone, never on timing, so a rerun forms the same batches
-and gives the same rows.
+The engine carries out what this module decides (forward passes, grammar masks, reading verdicts). Every decision
+here depends on the requests and the settings alone, never on timing, so a rerun forms the same batches and gives
+the same rows.
+
+One progress model for every row, as vLLM's v1 scheduler keeps it: a row's tokens are its prompt and its output so
+far, `computed` of them have their keys and values in its slot, and the rest (`pending`) go into its next pass. A
+stored prefix copied into its slot, a shared prefix copied from the row that computed it, a prompt's remainder, a
+pick and the tokens its grammar forces after it: each only moves `computed` or lengthens the output.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from offline_sumscore.core.stages import StageRequest
-
-MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
-STORE_BLOCK = 16  # tokens per node of the prefix store's tree
+from offline_sumscore.engine.local.memory import halves
+from offline_sumscore.engine.local.prefix_store import MIN_SHARED_PREFIX, common_length
 
 
 @dataclass
@@ -24,38 +27,41 @@ class Row:
     request: StageRequest
     prompt: str  # rendered with the chat template once, kept for the result's audit
     prompt_ids: list[int]
-    cap: int
+    cap: int  # output tokens allowed (0 for a likelihood row)
     calls: int = 1  # requests handed over together with this one (the result's batch_size)
-    matcher: object = None
-    pending: list[int] = field(default_factory=list)  # tokens to feed in the next forward pass
-    position: int = 0  # position id of pending[0]
-    out: list[int] = field(default_factory=list)  # every token after the prompt (decoded and forced)
-    decoded: int = 0
-    forced: int = 0
-    choice_probs: list[float] = field(default_factory=list)
     score_from: int | None = None  # likelihood rows: index in prompt_ids of the continuation's first token
+    out: list[int] = field(default_factory=list)  # every token after the prompt (decoded and forced)
+    computed: int = 0  # tokens of prompt_ids + out whose keys and values are in its slot
+    matcher: Any = None  # its grammar's state (llguidance)
+    decoded: int = 0  # of out: picked from the judge's distribution
+    forced: int = 0  # of out: fixed by the grammar
+    choice_probs: list[float] = field(default_factory=list)
     logprob_sum: float = 0.0  # likelihood rows: summed log-probabilities of the continuation's tokens so far
     logprob_count: int = 0
     context: Any = None  # drafts.NgramIndex of prompt_ids + out, built when the row first drafts
     slot: int | None = None  # its KV slot in the running batch
     admitted: int = 0  # its place in the order of admission
-    store_after: int = 0  # a prefix of its prompt to put in the prefix store once its next pass has computed it
-    siblings: list[Row] = field(default_factory=list)  # rows of its unit waiting for that prefix (it leads them)
-    waits_for: Row | None = None  # the row whose next pass computes this row's prefix
     started: float = 0.0
     done: bool = False
-    answered: bool = False  # its result has gone back to the feed
     error: str | None = None
     error_kind: str | None = None  # see StageResult.error_kind
+
+    @property
+    def pending(self) -> list[int]:
+        """Its tokens not yet computed: what its next pass feeds."""
+        n = len(self.prompt_ids)
+        if self.computed >= n:
+            return self.out[self.computed - n :]
+        return self.prompt_ids[self.computed :] + self.out
 
     def fail(self, kind: str, message: str) -> None:
         self.done, self.error_kind, self.error = True, kind, message
 
     def restart(self) -> None:
         """Back to its prompt: a preempted row is rerun from scratch (greedy decoding makes the rerun identical)."""
-        self.matcher, self.context, self.store_after, self.siblings, self.waits_for = None, None, 0, [], None
-        self.pending, self.out, self.choice_probs = [], [], []
-        self.decoded = self.forced = self.position = 0
+        self.matcher, self.context = None, None
+        self.out, self.choice_probs = [], []
+        self.decoded = self.forced = self.computed = 0
 
     @property
     def feed_from(self) -> int:
@@ -67,11 +73,11 @@ class Row:
 @dataclass
 class Unit:
     rows: list[Row]
-    prefix: list[int]  # prefilled once, then forked into one row per request
+    prefix: list[int]  # computed once, then copied into every row's slot
 
     @classmethod
     def alone(cls, row: Row) -> Unit:
-        """A row with no prefix to share: everything before the tokens it must feed is prefilled as its prefix."""
+        """A row with no prefix to share: everything before the tokens it must feed is its prefix."""
         return cls([row], row.prompt_ids[: row.feed_from])
 
     @property
@@ -80,13 +86,24 @@ class Unit:
 
 
 @dataclass
+class Forming:
+    """A unit placed with its prefix not yet (wholly) computed: its lead's next pass computes it; then it goes to
+    the prefix store and into the waiting rows' slots, which feed their own remainders from the step after."""
+
+    lead: Row
+    waiting: list[Row]
+    prefix: list[int]
+
+
+@dataclass
 class Batch:
-    """The running batch: its rows by KV slot (None: a free slot) and the slots (kv_slots.py). A finished row frees
-    its slot, which the next admitted row takes; no row ever moves."""
+    """The running batch: its rows by KV slot (None: a free slot), the slots (kv_slots.py), and the units whose
+    prefix is being computed. A finished row frees its slot, which the next admitted row takes; no row ever moves."""
 
     cache: Any = None  # KVSlots
     rows: list[Row | None] = field(default_factory=list)
     admitted: int = 0  # rows admitted so far: each row's order of admission, for preemption
+    forming: list[Forming] = field(default_factory=list)
 
     @property
     def live(self) -> list[Row]:
@@ -95,6 +112,10 @@ class Batch:
     @property
     def width(self) -> int:
         return self.cache.width if self.cache is not None else 0
+
+    def waiting(self) -> set[int]:
+        """The tickets of rows waiting for a shared prefix: they feed nothing yet."""
+        return {r.ticket for f in self.forming for r in f.waiting}
 
     def place(self, rows: list[Row]) -> None:
         """Slots for new rows (the lowest free first)."""
@@ -106,19 +127,22 @@ class Batch:
             self.rows[slot] = row
 
     def release(self, rows: list[Row]) -> None:
-        """Free the slots of these rows (finished, or sent back to wait)."""
+        """Free the slots of these rows (finished, or sent back to wait); a forming unit forgets them."""
         self.cache.release([r.slot for r in rows])
         for r in rows:
             self.rows[r.slot], r.slot = None, None
         del self.rows[self.cache.rows :]
+        gone = {r.ticket for r in rows}
+        self.forming = [
+            Forming(f.lead, [r for r in f.waiting if r.ticket not in gone], f.prefix)
+            for f in self.forming
+            if f.lead.ticket not in gone
+        ]
 
     def release_finished(self) -> None:
         done = [r for r in self.rows if r is not None and r.done]
         if done:
             self.release(done)
-
-    def clear(self) -> None:
-        self.cache, self.rows = None, []
 
 
 class Scheduler:
@@ -171,110 +195,12 @@ class Scheduler:
         live = sorted(batch.live, key=lambda r: r.admitted)
         if len(live) <= 1:
             return []
-        sent = live[len(live) // 2 :]
+        _, sent = halves(live)
         batch.release(sent)
         for row in sent:
             row.restart()
         self.put_back([Unit.alone(row) for row in sent])
         return sent
-
-
-@dataclass
-class _Entry:
-    tokens: tuple[int, ...]
-    kv: list  # per layer: (keys, values), each [1, heads, len(tokens), head_dim]
-    path: list  # the tree nodes that index it
-
-
-class PrefixStore:
-    """KV caches of prompt prefixes already computed, kept across steps, samples and calls (RadixAttention-style):
-    a request whose prompt starts with a stored prefix reuses its keys and values instead of recomputing them (a
-    source prefilled for one summary serves every later summary of it, and every stage that opens with it).
-
-    Any stored prefix serves any prompt for the tokens they have in common, since a token's keys and values depend
-    only on the tokens up to it. Entries are found through a tree of STORE_BLOCK-token blocks and evicted least
-    recently used first, to stay within `budget` tokens. Deterministic: what is stored and found depends only on
-    the order of requests."""
-
-    def __init__(self, budget: int):
-        self.budget = budget
-        self.entries: OrderedDict[int, _Entry] = OrderedDict()  # least recently used first
-        self.exact: dict[tuple[int, ...], int] = {}
-        self.root: dict = {}
-        self.tokens = 0
-        self._next = 0
-        self.hits = self.hit_tokens = self.evictions = 0
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def lookup(self, tokens: list[int]) -> tuple[list | None, int]:
-        """The stored keys and values of the longest prefix of tokens found (sliced to it), and its length."""
-        kids, node = self.root, None
-        for at in range(0, len(tokens) - STORE_BLOCK + 1, STORE_BLOCK):
-            child = kids.get(tuple(tokens[at : at + STORE_BLOCK]))
-            if child is None:
-                break
-            node, kids = child, child["kids"]
-        if node is None:
-            return None, 0
-        key = max(node["ids"])  # the newest entry through the deepest node reached: deterministic
-        entry = self.entries[key]
-        n = _lcp(entry.tokens, tokens)
-        self.entries.move_to_end(key)
-        self.hits += 1
-        self.hit_tokens += n
-        return [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv], n
-
-    def holds(self, tokens: list[int]) -> bool:
-        """Whether exactly this prefix is stored (it becomes the most recently used)."""
-        key = self.exact.get(tuple(tokens))
-        if key is not None:
-            self.entries.move_to_end(key)
-        return key is not None
-
-    def add(self, tokens: list[int], kv: list) -> None:
-        """Store a prefix's keys and values (copied by the caller: nothing here holds the running batch)."""
-        key_tokens = tuple(tokens)
-        if len(tokens) < STORE_BLOCK or len(tokens) > self.budget:
-            return
-        if key_tokens in self.exact:
-            self.entries.move_to_end(self.exact[key_tokens])
-            return
-        key, self._next = self._next, self._next + 1
-        path, kids = [], self.root
-        for at in range(0, len(tokens) - STORE_BLOCK + 1, STORE_BLOCK):
-            node = kids.setdefault(
-                key_tokens[at : at + STORE_BLOCK],
-                {"ids": set(), "ends": set(), "kids": {}, "up": kids, "block": key_tokens[at : at + STORE_BLOCK]},
-            )
-            node["ids"].add(key)
-            path.append(node)
-            kids = node["kids"]
-        # An entry this one extends is redundant now: everything it served, this one serves. Such an entry's path
-        # ends at a node of this one's.
-        for node in path:
-            for other in list(node["ends"]):
-                old = self.entries[other]
-                if len(old.tokens) < len(key_tokens) and key_tokens[: len(old.tokens)] == old.tokens:
-                    self._drop(other)
-        path[-1]["ends"].add(key)
-        self.entries[key] = _Entry(key_tokens, kv, path)
-        self.exact[key_tokens] = key
-        self.tokens += len(tokens)
-        while self.tokens > self.budget:
-            self._drop(next(iter(self.entries)))
-            self.evictions += 1
-
-    def _drop(self, key: int) -> None:
-        entry = self.entries.pop(key)
-        del self.exact[entry.tokens]
-        self.tokens -= len(entry.tokens)
-        entry.path[-1]["ends"].discard(key)
-        for node in reversed(entry.path):
-            node["ids"].discard(key)
-            if not node["ids"]:
-                del node["up"][node["block"]]
 
 
 def common_prefix(seqs: list[list[int]], limit: int) -> list[int]:
@@ -297,7 +223,7 @@ def split_by_prefix(rows: list[Row]) -> list[list[Row]]:
     shared = longest = 0  # of the last group: its common prefix (a sorted run's: first row with each) and longest
     for row in sorted(rows, key=lambda r: r.prompt_ids):
         if groups:
-            common = min(shared, _lcp(groups[-1][0].prompt_ids, row.prompt_ids))
+            common = min(shared, common_length(groups[-1][0].prompt_ids, row.prompt_ids))
             widest = max(longest, len(row.prompt_ids))
             if common >= max(MIN_SHARED_PREFIX, widest // 2):
                 groups[-1].append(row)
@@ -306,11 +232,3 @@ def split_by_prefix(rows: list[Row]) -> list[list[Row]]:
         groups.append([row])
         shared = longest = len(row.prompt_ids)
     return groups
-
-
-def _lcp(a, b) -> int:
-    n = min(len(a), len(b))
-    for k in range(n):
-        if a[k] != b[k]:
-            return k
-    return n

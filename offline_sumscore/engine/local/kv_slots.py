@@ -29,26 +29,37 @@ takes its slot capacity at the engine's row limit from the start.
 from __future__ import annotations
 
 import weakref
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from offline_sumscore.engine.local.attention import RaggedPass, runs
+
 _ROW_STEP = 8  # slots are allocated in multiples of this
 _COL_STEP = 64  # columns likewise
-MAX_RUNS = 8  # on a GPU, more runs of multi-token rows are attended in one padded call (a launch a call)
 
 
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on the device without a synchronisation: copied from pinned memory, asynchronously (a copy
-    from pageable memory waits for the device)."""
-    if device.type == "cpu":
-        return tensor
-    return tensor.pin_memory().to(device, non_blocking=True)
+@dataclass(frozen=True)
+class KVGeometry:
+    """The shape of one token's keys and values in a model: what sizes the cache, the engine's token budget and the
+    benchmark's memory floor."""
 
+    layers: int
+    kv_heads: int
+    head_dim: int
+    element_bytes: int
 
-def _indices(values, device: torch.device) -> torch.Tensor:
-    return to_device(torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64)), device)
+    @classmethod
+    def of(cls, config, dtype: torch.dtype) -> KVGeometry:
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        return cls(config.num_hidden_layers, heads, head_dim, torch.finfo(dtype).bits // 8)
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.element_bytes
 
 
 class _SlotLayer(DynamicLayer):
@@ -121,9 +132,8 @@ class KVSlots(Cache):
     """A transformers Cache whose layers write each row's tokens into its own slot (see the module docstring)."""
 
     def __init__(self, config, *, dtype, device, rows: int = 0, columns: int = 0, row_limit: int | None = None):
-        layers = config.num_hidden_layers
-        self.kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        geometry = KVGeometry.of(config, dtype)
+        layers, self.kv_heads, self.head_dim = geometry.layers, geometry.kv_heads, geometry.head_dim
         self.dtype, self.device = dtype, torch.device(device)
         self.row_limit = row_limit  # slots double when full, up to this many (the engine's bound on a batch's rows)
         super().__init__(layers=[_SlotLayer(self, i) for i in range(layers)])
@@ -236,9 +246,9 @@ class KVSlots(Cache):
     def fork(self, source: int, slots: list[int], n: int) -> None:
         """The first n tokens of the source slot, copied into each of the slots (a shared prefix computed once)."""
         if slots and n:
-            runs = _runs(sorted(slots))
+            spans = runs(sorted(slots))
             for buf in self.key_buffers + self.value_buffers:
-                for a, b in runs:
+                for a, b in spans:
                     buf[a:b, :, :n] = buf[source : source + 1, :, :n]
         for r in slots:
             self.filled[r] = n
@@ -281,144 +291,3 @@ class KVSlots(Cache):
         the judge did not pick); its next pass writes over them."""
         for slot, n in returns:
             self.filled[slot] -= n
-
-
-class RaggedPass:
-    """Where a pass's tokens go and what each attends: built on the host from each slot's length and token
-    count, copied to the device once per pass, read by every layer.
-
-    Attention runs as one call over every slot's first new token (a decoding step feeds one token a row, so that
-    is usually the whole pass) plus one call per run of adjacent slots that feed more (a prefill, a row with a
-    draft), each over that run's own slots and width, so no row's attention is padded to another's length (on a
-    GPU, past MAX_RUNS runs, one call over their span, padded: there a call costs a kernel launch, padding little)."""
-
-    def __init__(self, filled: np.ndarray, counts: np.ndarray, device: torch.device, merge_runs: bool | None = None):
-        self.counts, self.filled, self.device = counts, filled, device
-        self.tokens = int(counts.sum())
-        rows = len(counts)
-        self.stop = int((filled + counts).max(initial=0))  # columns the pass attends
-        self.row_of = np.repeat(np.arange(rows), counts)
-        self.offsets = np.cumsum(counts) - counts  # each slot's first token in the flat sequence
-        self.step_of = np.arange(self.tokens) - np.repeat(self.offsets, counts)  # a token's place in its row
-        self.row_index = _indices(self.row_of, device)
-        self.column_index = _indices(filled[self.row_of] + self.step_of, device)
-        singles = np.flatnonzero(counts == 1)
-        self.single = (_indices(singles, device), _indices(self.offsets[singles], device)) if len(singles) else None
-        self.first_token = _indices(np.where(counts > 0, self.offsets, 0), device)
-        spans = _runs(np.flatnonzero(counts > 1).tolist())  # runs of adjacent slots that feed more than one token
-        merge = device.type == "cuda" if merge_runs is None else merge_runs  # on a CPU, padding costs compute
-        if len(spans) > MAX_RUNS and merge:
-            spans = [(spans[0][0], spans[-1][1])]
-        self.runs = []  # (first slot, end slot, width, its tokens, their slot within the run, their place)
-        for a, b in spans:
-            mine = np.flatnonzero((self.row_of >= a) & (self.row_of < b) & (counts[self.row_of] > 1))
-            width = int(counts[a:b].max())
-            where = (
-                _indices(mine, device),
-                _indices(self.row_of[mine] - a, device),
-                _indices(self.step_of[mine], device),
-            )
-            self.runs.append((a, b, width, *where))
-        last = max(self.stop, 1) - 1
-        keys = torch.arange(last + 1, device=device)
-
-        def allowed(rows: slice, width: int) -> torch.Tensor:
-            # A query attends its row's columns up to its own (causal; the row's earlier tokens all come before).
-            # A query beyond its row's tokens (a padded run's, or a slot that feeds nothing in the single call)
-            # attends up to the last column, never nothing: a query row that may attend to no key is where
-            # CUDA's kernels return NaN. Built on the device from each query's own column: only those travel.
-            at = _indices(np.minimum(filled[rows, None] + np.arange(width)[None, :], last), device)
-            return (keys <= at[:, :, None])[:, None]  # [rows, 1, width, columns]
-
-        self._masks = (
-            allowed(slice(None), 1) if self.single is not None else None,
-            [allowed(slice(a, b), width) for a, b, width, *_ in self.runs],
-        )
-        self._grouped: dict[int, tuple] = {}
-
-    def masks(self, group: int) -> tuple:
-        """The boolean masks of the single call and of each run, each query row repeated once per query head of
-        a kv group (the stacking of _gqa), made once per pass."""
-        if group not in self._grouped:
-            single, runs = self._masks
-            if group > 1:
-                single = single.repeat(1, 1, group, 1) if single is not None else None
-                runs = [m.repeat(1, 1, group, 1) for m in runs]
-            self._grouped[group] = (single, runs)
-        return self._grouped[group]
-
-
-def _runs(slots: list[int]) -> list[tuple[int, int]]:
-    """Sorted slot numbers as (first, end) runs of consecutive ones."""
-    runs: list[tuple[int, int]] = []
-    for r in slots:
-        if runs and runs[-1][1] == r:
-            runs[-1] = (runs[-1][0], r + 1)
-        else:
-            runs.append((r, r + 1))
-    return runs
-
-
-def ragged_attention(query, key, value, layout: RaggedPass, scaling) -> torch.Tensor:
-    """Attention for a ragged pass: query [1, heads, tokens, dim] (the pass's tokens, flat), key and value every
-    slot's columns [slots, kv heads, columns, dim]. Returns [1, tokens, heads, dim]."""
-    heads, kv_heads = query.shape[1], key.shape[1]
-    group = heads // kv_heads
-    single_mask, run_masks = layout.masks(group)
-    flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
-    out = torch.empty_like(flat)
-    if layout.single is not None:
-        q = flat.index_select(0, layout.first_token)[:, :, None]  # each slot's first token: [slots, heads, 1, dim]
-        o = _gqa(q, key, value, single_mask, scaling, group)[:, :, 0]
-        rows, tokens = layout.single
-        out.index_copy_(0, tokens, o.index_select(0, rows))
-    for (a, b, width, tokens, row, step), mask in zip(layout.runs, run_masks):
-        grid = flat.new_zeros((b - a, width, heads, flat.shape[-1]))
-        grid[row, step] = flat.index_select(0, tokens)
-        o = _gqa(grid.transpose(1, 2), key[a:b], value[a:b], mask, scaling, group).transpose(1, 2)
-        out.index_copy_(0, tokens, o[row, step])
-    return out[None]
-
-
-def _gqa(query, key, value, mask, scaling, group: int) -> torch.Tensor:
-    """SDPA with a group's query heads stacked along the query axis ([rows, kv heads, group x queries, dim]), so
-    the keys and values are never repeated per query head; the mask comes repeated so."""
-    rows, heads, queries, dim = query.shape
-    if group > 1:
-        query = query.reshape(rows, heads // group, group * queries, dim)
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
-    return out.reshape(rows, heads, queries, dim)
-
-
-def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """The attention our judges run with: ragged_attention in the engine's passes (kwargs ragged_pass), else
-    scaled_dot_product_attention for grouped-query models without expanding the keys and values (a plain call of
-    the model, as outlines' generate makes: transformers' SDPA path repeats every layer's keys and values once per
-    query head of a group whenever a mask is given, which copies the whole cache again each step)."""
-    layout = kwargs.get("ragged_pass")
-    if layout is not None:
-        return ragged_attention(query, key, value, layout, scaling), None
-    rows, heads, queries, dim = query.shape
-    kv_heads, keys = key.shape[1], key.shape[2]
-    group = heads // kv_heads
-    mask = attention_mask[:, :, :, :keys] if attention_mask is not None else None
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    if mask is None and causal and queries > 1:  # no mask given: causal, the queries being the last positions
-        mask = torch.ones((queries, keys), dtype=torch.bool, device=query.device).tril(keys - queries)[None, None]
-    if mask is not None and group > 1:
-        mask = mask.expand(mask.shape[0], 1, queries, keys).repeat(1, 1, group, 1)
-    out = _gqa(query, key, value, mask, scaling, group)
-    return out.transpose(1, 2).contiguous(), None
-
-
-ATTENTION = "offline_sumscore_gqa_sdpa"
-
-
-def register_attention() -> str:
-    """Register grouped_query_sdpa with transformers (with SDPA's boolean masks for plain calls); returns its name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(ATTENTION, grouped_query_sdpa)
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
-    return ATTENTION

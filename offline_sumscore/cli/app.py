@@ -1,0 +1,145 @@
+"""What every command shares: the `sumscore` group, exit codes, the judge's flags, one-line errors, the run table."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from offline_sumscore.scorers import METRICS
+from offline_sumscore.scorers.base import ScorerBase
+
+EXIT_ROWS_FAILED = 1
+EXIT_NO_ROWS = 3
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + the signal's number, as shells report them
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the run can say what it kept (Ctrl-C is Python's KeyboardInterrupt). A BaseException, as
+    KeyboardInterrupt is, so that no layer that retries a failed engine call swallows it."""
+
+
+@contextlib.contextmanager
+def interruptible(record: str):
+    """Ctrl-C (130) or SIGTERM (143) during a run: say how many rows OUTPUT kept and how to finish, then exit."""
+
+    def on_term(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    except (KeyboardInterrupt, Terminated) as exc:
+        from offline_sumscore.runs.bulk import read_finished
+
+        kept = len(read_finished(Path(record))[0]) if Path(record).exists() else 0
+        what, code = (
+            ("interrupted", EXIT_INTERRUPTED) if isinstance(exc, KeyboardInterrupt) else ("terminated", EXIT_TERMINATED)
+        )
+        click.echo(f"{what}: {kept} rows kept in {record}; rerun the same command with --resume to finish", err=True)
+        sys.exit(code)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class InputProblem(click.ClickException):
+    """Bad usage or input: one line, exit code 2 (as click's own usage errors), apart from failed rows' 1."""
+
+    exit_code = 2
+
+
+def default_of(cls, name: str) -> Any:
+    return inspect.signature(cls.__init__).parameters[name].default
+
+
+def scorer_options(metric: str, opts: dict) -> dict:
+    """Keep the options the chosen scorer takes; say so loudly when an option belongs to the other metric."""
+    cls = METRICS[metric]
+    accepted = set(inspect.signature(cls.__init__).parameters) | {"device", "dtype", "batch_size", "token_budget"}
+    kwargs = {}
+    for key, value in opts.items():
+        if value is None:
+            continue
+        if key not in accepted:
+            raise click.UsageError(f"--{key.replace('_', '-')} does not apply to --metric {metric}")
+        kwargs[key] = value
+    return kwargs
+
+
+# Parameters whose flag is not their name with dashes: the served judge's keywords are prefixed on the command line.
+FLAG_OF = {"concurrency": "--judge-concurrency", "timeout": "--judge-timeout"}
+
+
+def typed_flag(parameter: str) -> str:
+    """The flag a user typed for a keyword parameter that an error names."""
+    return FLAG_OF.get(parameter, "--" + parameter.replace("_", "-"))
+
+
+def run_table(metric: str, rows: list[dict], seconds: float) -> str:
+    ok = [r for r in rows if r.get("error") is None]
+    cols = ["score", "alignment", "coverage"] if metric == "two-axis" else ["score", "qa", "conciseness"]
+
+    def mean(key):
+        vals = [r[key] for r in ok if r.get(key) is not None]
+        return f"{sum(vals) / len(vals):.3f}" if vals else "-"
+
+    tokens_in = sum(
+        s["tokens_in"] for r in rows for s in r.get("stages", {}).values()
+    )  # shared prefixes counted per row
+    tokens_out = sum(s["tokens_out"] for r in rows for s in r.get("stages", {}).values())
+    lines = [
+        f"metric {metric}: {len(rows)} rows, {len(rows) - len(ok)} failed, {seconds:.1f} s, "
+        f"{tokens_in} tokens in, {tokens_out} tokens out",
+        " | ".join(f"mean {c}" for c in cols),
+        " | ".join(mean(c) for c in cols),
+    ]
+    return "\n".join(lines)
+
+
+def p_text(value: float | None) -> str:
+    return "-   " if value is None else f"{value:.2f}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="offline-sumscore")
+def main():
+    """Score summaries against their sources with a local LLM judge. No network, no hosted API."""
+
+
+def judge_options(fn):
+    options = [
+        click.option(
+            "--model",
+            type=click.Path(),
+            default=None,
+            help="Model directory, .gguf file or preset name (`sumscore models`). Default: the embedded "
+            "SmolLM2-135M-Instruct.",
+        ),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option(
+            "--dtype",
+            default="auto",
+            show_default=True,
+            help="auto (bf16 on a capable GPU, fp32 on CPU), float32, bfloat16 or float16.",
+        ),
+        click.option(
+            "--batch-size",
+            type=int,
+            default=default_of(ScorerBase, "batch_size"),
+            help="Most rows in flight per forward pass (a row is one stage request). Default: 64 on CPU, 512 on a GPU.",
+        ),
+        click.option(
+            "--token-budget",
+            type=int,
+            default=None,
+            help="Most tokens held in the KV cache at once. Default: from free memory.",
+        ),
+    ]
+    for opt in reversed(options):
+        fn = opt(fn)
+    return fn

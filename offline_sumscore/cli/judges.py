@@ -1,0 +1,127 @@
+"""`sumscore models`, `sumscore convert` and `sumscore demo`: which judges are here, the embedded one made fast to
+load, and the bundled examples scored on one."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from offline_sumscore.cli.app import EXIT_ROWS_FAILED, InputProblem, judge_options, main, p_text, run_table
+from offline_sumscore.core.errors import SumscoreError
+from offline_sumscore.io.inputs import read_samples
+from offline_sumscore.scorers import METRICS
+
+
+@main.command()
+def models():
+    """List the judge presets and which are present on this machine. Nothing is downloaded."""
+    from offline_sumscore.engine.judge import models_root, presets
+
+    root = models_root()
+    click.echo(f"models root: {root} (set OFFLINE_SUMSCORE_MODELS to move it)")
+    for name, p in presets().items():
+        path = root / p["path"]
+        present = "present" if (path / "config.json").exists() else "absent "
+        batch = ", ".join(f"{gib} GiB: {rows}" for gib, rows in p.get("batch_size_by_gpu_gib", {}).items())
+        click.echo(
+            f"{present}  {name:26} {path}\n           context {p['context_length']}, {p['dtype']}; "
+            f"--batch-size by GPU memory: {batch}\n           template: {p['chat_template']}\n"
+            f"           get it: {p['source']}"
+        )
+
+
+@main.command()
+@click.argument("gguf", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "-o",
+    "--output",
+    "output_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Target directory. Default: models/converted/<name> (the embedded judge's place).",
+)
+def convert(gguf, output_dir):
+    """Convert a .gguf judge (default: the embedded one) to safetensors once, so later loads take a second.
+
+    Safe to run twice, or from two processes at once: a lock serialises them and the result appears atomically.
+    """
+    from offline_sumscore.engine.judge import EMBEDDED_NAME, convert_gguf, embedded_gguf_path, models_root
+
+    try:
+        source = Path(gguf) if gguf else embedded_gguf_path()
+        name = EMBEDDED_NAME if gguf is None else source.stem
+        started = time.perf_counter()
+        target = convert_gguf(source, Path(output_dir) if output_dir else models_root() / name)
+    except SumscoreError as exc:
+        raise InputProblem(str(exc)) from None
+    click.echo(f"{target} ready ({time.perf_counter() - started:.1f} s)")
+
+
+@main.command()
+@click.option("--metric", type=click.Choice(["both", *METRICS]), default="both", show_default=True)
+@judge_options
+@click.option(
+    "-o",
+    "--output",
+    "output_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the rows as JSONL here.",
+)
+def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
+    """Score the bundled examples (examples/demo.jsonl) and print the scores.
+
+    Two-axis runs at the judge's own defaults and prints every verdict; summary-score, which makes the judge write
+    keyphrases and questions, runs with small bounds (6 keyphrases, 3 questions) so it finishes in a minute on a CPU.
+    """
+    caps = {"two-axis": {}, "summary-score": dict(max_questions=3, max_keyphrases=6, max_text_chars=100)}
+    path = resources.files("offline_sumscore") / "examples" / "demo.jsonl"
+    try:
+        samples = list(read_samples(Path(str(path))))
+        from offline_sumscore.engine.judge import load_judge
+
+        started = time.perf_counter()
+        judge = load_judge(model, device=device, dtype=dtype)
+        click.echo(
+            f"judge {judge.name} ({judge.device}, {judge.dtype}) loaded in {time.perf_counter() - started:.1f} s"
+        )
+        out = open(output_path, "w", encoding="utf-8") if output_path else None
+        failed = False
+        for name in METRICS if metric == "both" else [metric]:
+            scorer = METRICS[name](judge, batch_size=batch_size, token_budget=token_budget, **caps[name])
+            began = time.perf_counter()
+            rows = [r.to_dict() for r in scorer.score_many(samples, on_error="return")]
+            click.echo(run_table(name, rows, time.perf_counter() - began))
+            if out:
+                out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            for row in rows:
+                if row.get("error"):
+                    failed = True
+                    click.echo(f"  {row['id']}: FAILED {row['error']['message']}")
+                elif name == "two-axis":
+                    click.echo(f"  {row['id']}: {row['score']:.2f}  {row['reason']}")
+                    for claim in row["claims"]:
+                        click.echo(
+                            f"      claim    {'supported  ' if claim['supported'] else 'UNSUPPORTED'} "
+                            f"P={p_text(claim['p_supported'])}  {claim['claim']}"
+                        )
+                    for item, verdict in zip(row["questions"], row["coverage_verdicts"]):
+                        click.echo(
+                            f"      coverage {'covered    ' if verdict['answered'] else 'MISSED     '} "
+                            f"P={p_text(verdict['p_answered'])}  {item}"
+                        )
+                else:
+                    click.echo(
+                        f"  {row['id']}: {row['score']:.3f}  (QA {row['qa']:.2f}, conciseness {row['conciseness']:.2f})"
+                    )
+        if out:
+            out.close()
+    except SumscoreError as exc:
+        raise InputProblem(str(exc)) from None
+    if failed:
+        sys.exit(EXIT_ROWS_FAILED)

@@ -1,0 +1,36 @@
+"""The one place an engine is chosen and made: the local engine on a loaded (or loadable) judge, or a judge served
+on this machine behind an OpenAI-compatible URL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offline_sumscore.core.errors import UsageError
+from offline_sumscore.engine import Engine
+
+
+def local_engine(
+    model: Any = None,
+    *,
+    device: str = "auto",
+    dtype: str = "auto",
+    batch_size: int | None = None,
+    token_budget: int | None = None,
+    device_share: float = 1.0,
+) -> Engine:
+    """TransformersEngine on model: a loaded Judge, a path to a model directory or .gguf file, or None for the
+    embedded judge (loaded now)."""
+    from offline_sumscore.engine.judge import Judge, load_judge
+    from offline_sumscore.engine.local import TransformersEngine
+
+    judge = model if isinstance(model, Judge) else load_judge(model, device=device, dtype=dtype)
+    return TransformersEngine(judge, batch_size=batch_size, token_budget=token_budget, device_share=device_share)
+
+
+def served_engine(url: str, model: str | None, *, concurrency: int = 4, timeout: float = 120.0) -> Engine:
+    """A judge served elsewhere on this machine (vLLM, llama.cpp server, Ollama, transformers serve)."""
+    from offline_sumscore.engine.openai_compatible import ServedEngine
+
+    if not model:
+        raise UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
+    return ServedEngine(url, model, concurrency=concurrency, timeout=timeout)

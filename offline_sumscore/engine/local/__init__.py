@@ -1,0 +1,34 @@
+"""The local engine: stage requests answered by a judge loaded in this process (transformers + torch), under
+grammars (llguidance), in one continuous stream of ragged forward passes. May import core/ and engine/.
+
+Where each part lives, in the order a request meets them:
+- engine.py      TransformersEngine: the loop (take, admit, step, answer), identical requests merged, results.
+- admission.py   requests into rows, rows into the running batch (units sharing a prefix, the prefix store).
+- scheduler.py   what runs next, decided without the model: rows and their progress, units, the batch, preemption.
+- step.py        one decoding step, as numbered steps.
+- drafts.py      speculative decoding from n-gram drafts: guesses, fitted to the grammar.
+- sampling.py    the grammar's side: forced tokens, masks, greedy picks and P(yes).
+- forward.py     the decoder over KV slots: one ragged pass, the vocabulary projection where tokens are read.
+- attention.py   where a pass's tokens go and what each attends; the attention itself.
+- kv_slots.py    the keys and values: one slot per row, in buffers allocated ahead.
+- prefix_store.py  computed prefixes kept across steps, samples and calls.
+- likelihood.py  likelihood requests: one pass, no decoding.
+- capacity.py    rows and cached tokens per batch, from free memory.
+- memory.py      out of memory, handled one way: halve, or fail loudly alone.
+- features.py    the features the ladder switches, the counters, the timing hook's records.
+
+One step of the loop (step.py):
+1. Admit waiting units while the row cap and the token budget allow; finished rows left after the last step.
+2. Feed every live row's pending tokens (a prompt's remainder, or its last pick and the tokens its grammar forces),
+   plus a draft of guessed tokens, as one flat ragged sequence through the decoder.
+3. While the device runs the pass, fill the grammar masks of every read point on the CPU.
+4. Read the greedy picks and P(yes) under the masks, in one transfer; keep each draft up to the first token the
+   judge's own pick disagrees with.
+5. A row whose grammar is complete ends as its last token goes in, without another pass; a row that hits its cap
+   fails with its raw text kept; NaN logits fail the row. Nothing is ever guessed.
+"""
+
+from offline_sumscore.engine.local.engine import TransformersEngine
+from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
+
+__all__ = ["TransformersEngine", "EngineFeatures", "EngineStats", "Timing"]

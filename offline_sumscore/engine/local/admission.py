@@ -1,0 +1,143 @@
+"""Requests into rows, and rows into the running batch.
+
+Rows are admitted as units (scheduler.py): requests that share a long token prefix, whichever sample they come from,
+form one unit whose prefix is computed once, in one row, and copied into the others' slots. A prefix found in the
+prefix store is copied from there instead. Admission only places rows and copies stored prefixes: every token is
+computed in the decoding steps, beside the running rows (chunked prefill: no pass of its own).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from offline_sumscore.core.errors import Failure
+from offline_sumscore.core.schemas import max_json_chars
+from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.engine.local.features import EngineStats
+from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone, halves
+from offline_sumscore.engine.local.prefix_store import PrefixStore
+from offline_sumscore.engine.local.sampling import Sampler
+from offline_sumscore.engine.local.scheduler import Batch, Forming, Row, Scheduler, Unit
+
+MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
+
+
+def rows_for(judge, ready: list[tuple[int, StageRequest]]) -> list[Row]:
+    """One row per request, its prompt rendered and tokenized once; a request that cannot run fails here, loudly."""
+    tok = judge.tokenizer
+    prompts = [judge.render(r.messages) for _, r in ready]
+    ids = tok(prompts, add_special_tokens=False)["input_ids"]  # the chat template wrote any special tokens
+    rows = []
+    for (ticket, request), prompt, prompt_ids in zip(ready, prompts, ids):
+        row = Row(ticket=ticket, request=request, prompt=prompt, prompt_ids=prompt_ids, cap=0, calls=len(ready))
+        if request.continuation is not None:
+            _likelihood_row(row, tok, judge.context_length)
+        else:
+            _generating_row(row, judge.context_length)
+        rows.append(row)
+    return rows
+
+
+def _likelihood_row(row: Row, tok, context_length: int) -> None:
+    # The continuation is tokenized on its own, as the reply it stands for would be generated.
+    continuation = tok(row.request.continuation, add_special_tokens=False)["input_ids"]
+    row.score_from = len(row.prompt_ids)
+    row.prompt_ids = row.prompt_ids + continuation
+    if not continuation:
+        row.fail(Failure.SCHEMA, "a likelihood request needs a non-empty continuation")
+    elif len(row.prompt_ids) > context_length:
+        row.fail(
+            Failure.CONTEXT,
+            f"prompt and statement of {len(row.prompt_ids)} tokens exceed the judge's {context_length}-token "
+            "context; use a shorter text or a longer-context judge",
+        )
+
+
+def _generating_row(row: Row, context_length: int) -> None:
+    request = row.request
+    bound = request.max_new_tokens or (max_json_chars(json.loads(request.schema_json)) + 8)
+    room = context_length - len(row.prompt_ids)
+    row.cap = min(bound, room)
+    if room < MIN_ROOM:
+        row.fail(
+            Failure.CONTEXT,
+            f"prompt of {len(row.prompt_ids)} tokens leaves no room in the judge's {context_length}-token "
+            "context; use a shorter text or a longer-context judge",
+        )
+
+
+class Admission:
+    def __init__(self, sampler: Sampler, store: PrefixStore, memory: MemoryGuard, stats: EngineStats):
+        self.sampler, self.store, self.memory, self.stats = sampler, store, memory, stats
+        self.below: int | None = None  # after an admission ran out of memory: wait until fewer rows run
+
+    def admit(self, scheduler: Scheduler, batch: Batch) -> None:
+        """Place the units the scheduler picks in the running batch. Out of memory there: retry with half the
+        units; a single unit waits until fewer rows run (not retried every step), and fails loudly only when it
+        cannot run even alone. (Out of memory in the step that computes their prompts is the step's.)"""
+        if self.below is not None and len(batch.live) >= self.below:
+            return
+        chosen = scheduler.schedule(batch)
+        while chosen:
+            if self.memory.attempt(self.place, chosen, batch):
+                self.below = None
+                return
+            if len(chosen) > 1:
+                chosen, rest = halves(chosen)
+                scheduler.put_back(rest)
+            elif len(chosen[0].rows) > 1:  # one unit: its rows in two halves, each computing the prefix
+                unit = chosen[0]
+                first, second = halves(unit.rows)
+                scheduler.put_back([Unit(second, unit.prefix)])
+                chosen = [Unit(first, unit.prefix)]
+            elif batch.live:
+                scheduler.put_back(chosen)
+                self.below = len(batch.live)
+                return
+            else:
+                fail_alone(chosen[0].rows)
+                return
+
+    def place(self, units: list[Unit], batch: Batch) -> None:
+        """Each unit's rows into free slots of the running batch, with the longest stored part of its prefix
+        copied from the prefix store into its first row (the lead). A unit of several rows computes the rest of
+        its prefix once, in its lead, which feeds its whole remainder in the next step; after that step the prefix
+        is copied into the other rows' slots (step.Stepper.formed). Raises with the batch as it was."""
+        rows = [row for unit in units for row in unit.rows]
+        batch.place(rows)
+        try:
+            found = self.store.longest([u.prefix for u in units])
+            for unit, (kv, n) in zip(units, found):
+                if n:
+                    batch.cache.write(unit.rows[0].slot, kv, n)
+                    self.stats.stored_tokens += n
+                if len(unit.rows) > 1 and n == len(unit.prefix):  # found whole: nothing to compute first
+                    batch.cache.fork(unit.rows[0].slot, [r.slot for r in unit.rows[1:]], n)
+        except BaseException:
+            batch.release(rows)
+            raise
+        now = time.perf_counter()
+        for unit, (_, n) in zip(units, found):
+            self._start(unit, n, batch, now)
+
+    def _start(self, unit: Unit, n: int, batch: Batch, now: float) -> None:
+        """The unit's rows start: each with what is computed in its slot, its grammar state, and its forced tokens.
+        A lead that ends at once (its grammar took nothing) computes nothing: each row then computes the prefix
+        itself."""
+        lead, others = unit.rows[0], unit.rows[1:]
+        whole = n == len(unit.prefix)
+        for row in unit.rows:
+            row.computed = len(unit.prefix) if (row is not lead and whole) else n
+            self.stats.prefill_tokens += len(row.prompt_ids) - (n if row is lead or not others else len(unit.prefix))
+            row.started = now
+            self.sampler.start(row)
+        if whole:
+            return
+        if not lead.done:
+            batch.forming.append(Forming(lead, others, unit.prefix))
+            return
+        for row in others:
+            if n:
+                batch.cache.fork(lead.slot, [row.slot], n)
+            self.stats.prefill_tokens += len(unit.prefix) - n

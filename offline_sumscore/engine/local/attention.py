@@ -1,0 +1,196 @@
+"""Attention for ragged passes: where each of a pass's tokens goes in the KV slots and which keys it attends
+(RaggedPass), the attention itself (ragged_attention), the grouped-query SDPA the judge runs with outside the
+engine's passes, and the check that a model's attention is the kind these compute.
+
+A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. Attention runs as one call over
+every slot's first new token (a decoding step feeds one token a row, so that is usually the whole pass) plus one
+call per run of adjacent slots that feed more (a prefill, a row with a draft), each over that run's own slots and
+width, so no row's attention is padded to another's length. On a GPU, past MAX_RUNS runs, one call over their
+span, padded: there a call costs a kernel launch, padding little.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from offline_sumscore.engine.local.transfer import indices
+
+MAX_RUNS = 8  # on a GPU, more runs of multi-token rows are attended in one padded call (a launch a call)
+MERGE_RUNS_ON = ("cuda",)  # devices where many runs become one padded call (on a CPU, padding costs compute)
+
+
+@dataclass
+class Run:
+    """Adjacent slots [first, end) that each feed more than one token in a pass, attended in one call: its tokens'
+    places in the flat sequence, each token's slot within the run and its place in its row, the run's widest feed."""
+
+    first: int
+    end: int
+    width: int
+    tokens: torch.Tensor
+    slot: torch.Tensor
+    step: torch.Tensor
+
+
+class RaggedPass:
+    """Where a pass's tokens go and what each attends (the module docstring): built on the host from each slot's
+    length and token count, copied to the device once per pass, read by every layer."""
+
+    def __init__(self, filled: np.ndarray, counts: np.ndarray, device: torch.device):
+        self.counts, self.filled, self.device = counts, filled, device
+        self.tokens = int(counts.sum())
+        self.stop = int((filled + counts).max(initial=0))  # columns the pass attends
+        self.row_of = np.repeat(np.arange(len(counts)), counts)
+        self.offsets = np.cumsum(counts) - counts  # each slot's first token in the flat sequence
+        self.step_of = np.arange(self.tokens) - np.repeat(self.offsets, counts)  # a token's place in its row
+        self.row_index = indices(self.row_of, device)
+        self.column_index = indices(filled[self.row_of] + self.step_of, device)
+        singles = np.flatnonzero(counts == 1)
+        self.single = (indices(singles, device), indices(self.offsets[singles], device)) if len(singles) else None
+        self.first_token = indices(np.where(counts > 0, self.offsets, 0), device)
+        self.runs = [self._run(a, b) for a, b in self._spans()]
+        self._masks = (
+            self._allowed(slice(None), 1) if self.single is not None else None,
+            [self._allowed(slice(run.first, run.end), run.width) for run in self.runs],
+        )
+        self._grouped: dict[int, tuple] = {}
+
+    def _spans(self) -> list[tuple[int, int]]:
+        """Runs of adjacent slots that feed more than one token; past MAX_RUNS, one span over them all where a
+        call costs more than padding (MERGE_RUNS_ON)."""
+        spans = runs(np.flatnonzero(self.counts > 1).tolist())
+        if len(spans) > MAX_RUNS and self.device.type in MERGE_RUNS_ON:
+            spans = [(spans[0][0], spans[-1][1])]
+        return spans
+
+    def _run(self, a: int, b: int) -> Run:
+        mine = np.flatnonzero((self.row_of >= a) & (self.row_of < b) & (self.counts[self.row_of] > 1))
+        return Run(
+            first=a,
+            end=b,
+            width=int(self.counts[a:b].max()),
+            tokens=indices(mine, self.device),
+            slot=indices(self.row_of[mine] - a, self.device),
+            step=indices(self.step_of[mine], self.device),
+        )
+
+    def _allowed(self, rows: slice, width: int) -> torch.Tensor:
+        """A query attends its row's columns up to its own (causal; the row's earlier tokens all come before). A
+        query beyond its row's tokens (a padded run's, or a slot that feeds nothing in the single call) attends up
+        to the last column, never nothing: a query row that may attend to no key is where CUDA's kernels return
+        NaN. Built on the device from each query's own column: only those travel. [rows, 1, width, columns]"""
+        last = max(self.stop, 1) - 1
+        keys = torch.arange(last + 1, device=self.device)
+        at = indices(np.minimum(self.filled[rows, None] + np.arange(width)[None, :], last), self.device)
+        return (keys <= at[:, :, None])[:, None]
+
+    def masks(self, group: int) -> tuple:
+        """The boolean masks of the single call and of each run, each query row repeated once per query head of
+        a kv group (the stacking of _gqa), made once per pass."""
+        if group not in self._grouped:
+            single, run_masks = self._masks
+            if group > 1:
+                single = single.repeat(1, 1, group, 1) if single is not None else None
+                run_masks = [m.repeat(1, 1, group, 1) for m in run_masks]
+            self._grouped[group] = (single, run_masks)
+        return self._grouped[group]
+
+
+def runs(slots: list[int]) -> list[tuple[int, int]]:
+    """Sorted slot numbers as (first, end) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for r in slots:
+        if runs and runs[-1][1] == r:
+            runs[-1] = (runs[-1][0], r + 1)
+        else:
+            runs.append((r, r + 1))
+    return runs
+
+
+def ragged_attention(query, key, value, layout: RaggedPass, scaling) -> torch.Tensor:
+    """Attention for a ragged pass: query [1, heads, tokens, dim] (the pass's tokens, flat), key and value every
+    slot's columns [slots, kv heads, columns, dim]. Returns [1, tokens, heads, dim]."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    group = heads // kv_heads
+    single_mask, run_masks = layout.masks(group)
+    flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
+    out = torch.empty_like(flat)
+    if layout.single is not None:
+        q = flat.index_select(0, layout.first_token)[:, :, None]  # each slot's first token: [slots, heads, 1, dim]
+        o = _gqa(q, key, value, single_mask, scaling, group)[:, :, 0]
+        rows, tokens = layout.single
+        out.index_copy_(0, tokens, o.index_select(0, rows))
+    for run, mask in zip(layout.runs, run_masks):
+        grid = flat.new_zeros((run.end - run.first, run.width, heads, flat.shape[-1]))
+        grid[run.slot, run.step] = flat.index_select(0, run.tokens)
+        keys, values = key[run.first : run.end], value[run.first : run.end]
+        o = _gqa(grid.transpose(1, 2), keys, values, mask, scaling, group).transpose(1, 2)
+        out.index_copy_(0, run.tokens, o[run.slot, run.step])
+    return out[None]
+
+
+def _gqa(query, key, value, mask, scaling, group: int) -> torch.Tensor:
+    """SDPA with a group's query heads stacked along the query axis ([rows, kv heads, group x queries, dim]), so
+    the keys and values are never repeated per query head; the mask comes repeated so."""
+    rows, heads, queries, dim = query.shape
+    if group > 1:
+        query = query.reshape(rows, heads // group, group * queries, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(rows, heads, queries, dim)
+
+
+def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+    """The attention our judges run with: ragged_attention in the engine's passes (kwargs ragged_pass), else
+    scaled_dot_product_attention for grouped-query models without expanding the keys and values (a plain call of
+    the model, as outlines' generate makes: transformers' SDPA path repeats every layer's keys and values once per
+    query head of a group whenever a mask is given, which copies the whole cache again each step)."""
+    layout = kwargs.get("ragged_pass")
+    if layout is not None:
+        return ragged_attention(query, key, value, layout, scaling), None
+    rows, heads, queries, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[2]
+    group = heads // kv_heads
+    mask = attention_mask[:, :, :, :keys] if attention_mask is not None else None
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if mask is None and causal and queries > 1:  # no mask given: causal, the queries being the last positions
+        mask = torch.ones((queries, keys), dtype=torch.bool, device=query.device).tril(keys - queries)[None, None]
+    if mask is not None and group > 1:
+        mask = mask.expand(mask.shape[0], 1, queries, keys).repeat(1, 1, group, 1)
+    out = _gqa(query, key, value, mask, scaling, group)
+    return out.transpose(1, 2).contiguous(), None
+
+
+ATTENTION = "offline_sumscore_gqa_sdpa"
+
+
+def register_attention() -> str:
+    """Register grouped_query_sdpa with transformers (with SDPA's boolean masks for plain calls); returns its name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, grouped_query_sdpa)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    return ATTENTION
+
+
+def check_plain_attention(config) -> None:
+    """Ragged passes attend with plain causal softmax attention over grouped-query heads. A model whose attention
+    is more than that (a sliding window, softcapped scores) would be judged wrongly by it: refused, loudly."""
+    window = getattr(config, "sliding_window", None)
+    windowed = window is not None and getattr(config, "use_sliding_window", True) is not False
+    layer_types = getattr(config, "layer_types", None) or []
+    if windowed and (not layer_types or any("sliding" in str(t) for t in layer_types)):
+        raise ValueError(
+            f"{getattr(config, 'model_type', 'this model')} attends within a sliding window of {window} tokens, "
+            "which this engine's attention does not do; use a judge with full attention (Llama, Qwen2.5, Mistral "
+            "v0.2 and later)"
+        )
+    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(config, name, None):
+            raise ValueError(
+                f"{getattr(config, 'model_type', 'this model')} softcaps its scores ({name}), which this engine "
+                "does not do; use a judge without softcapping (Llama, Qwen2.5, Mistral)"
+            )

@@ -1,0 +1,57 @@
+"""How many rows and cached tokens a batch may hold: from the device's free memory unless the user gave them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from offline_sumscore.engine.local.kv_slots import KVGeometry
+
+
+@dataclass(frozen=True)
+class Capacity:
+    rows: int
+    token_budget: int
+    reason: str  # how both were chosen, stored with every row
+    free_memory: str  # what was free when the engine was built; kept off the rows (it changes from run to run)
+
+
+def capacity(model, device, *, batch_size: int | None, token_budget: int | None, device_share: float) -> Capacity:
+    """Rows and cached tokens per batch: from free memory unless given."""
+    import torch
+
+    per_token = KVGeometry.of(model.config, model.dtype).bytes_per_token
+    if device.type == "cuda":
+        device_free, _ = torch.cuda.mem_get_info(device)
+        # Memory PyTorch holds in its caching allocator but does not use is free to this process too.
+        spare = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        where, default_rows = f"{device_free / 2**30:.1f} GiB free on {device}", 512
+    else:
+        device_free, spare = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), 0
+        where, default_rows = f"{device_free / 2**30:.1f} GiB free RAM", 64
+    free = usable_memory(device_free, spare, device_share)
+    if device_share < 1:
+        where += f", {device_share:g} of it for this engine"
+    rows = batch_size or default_rows
+    budget = token_budget or kv_token_budget(free, per_token)
+    why = (
+        f"up to {rows} rows and {budget} cached tokens per batch "
+        f"({'given' if batch_size else 'default'} rows; budget "
+        f"{'given' if token_budget else 'from half the free memory, rounded down to a power of two'}, "
+        f"{per_token} bytes of KV per token)"
+    )
+    return Capacity(rows, budget, why, where)
+
+
+def usable_memory(free: int, reserved_unused: int, share: float) -> int:
+    """Bytes this engine may fill: what the device reports free plus what PyTorch's allocator holds unused, times
+    the engine's share of the device (engines sharing one GPU, as Ray actors with a fraction of a GPU each do,
+    would each see the whole of it free)."""
+    return int((free + max(0, reserved_unused)) * share)
+
+
+def kv_token_budget(free: int, per_token: int) -> int:
+    """Half of usable memory for the KV cache (activations and logits need the rest), rounded down to a power of
+    two so that the budget, which shapes the batches and is stored in every row, does not drift with a few MB of
+    free memory from one run to the next. 4096 tokens at least."""
+    return 1 << max(12, int(free * 0.5 / per_token).bit_length() - 1)

@@ -1,0 +1,287 @@
+"""TransformersEngine: stage requests answered by a local judge under JSON grammars, in one continuous stream.
+
+The loop: take whatever the driver has ready (identical requests merged, likelihood requests scored at once, the
+rest waiting in the scheduler), admit waiting units while the row cap and the token budget allow, run one step
+over the running batch, and hand back every row that finished. Finished rows leave after every step and waiting
+rows take their slots, so one long generation never holds a whole batch (iteration-level batching).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from offline_sumscore.core.errors import Failure, check_count
+from offline_sumscore.core.schemas import Likelihood, max_json_chars, parse_output
+from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.engine import Engine, Feed, ListFeed
+from offline_sumscore.engine.grammar import BACKEND, GrammarCompiler
+from offline_sumscore.engine.judge import Judge
+from offline_sumscore.engine.local.admission import Admission, rows_for
+from offline_sumscore.engine.local.attention import check_plain_attention, register_attention
+from offline_sumscore.engine.local.capacity import capacity
+from offline_sumscore.engine.local.drafts import Drafter
+from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
+from offline_sumscore.engine.local.forward import Passes
+from offline_sumscore.engine.local.likelihood import LikelihoodPath
+from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone
+from offline_sumscore.engine.local.prefix_store import PrefixStore
+from offline_sumscore.engine.local.sampling import Sampler
+from offline_sumscore.engine.local.scheduler import Batch, Row, Scheduler
+from offline_sumscore.engine.local.step import Stepper
+from offline_sumscore.engine.retry import engine_raised
+
+
+class TransformersEngine(Engine):
+    """Answers StageRequests on a loaded Judge: run(requests) -> results in the same order, or stream(feed)."""
+
+    def __init__(
+        self,
+        judge: Judge,
+        *,
+        features: EngineFeatures | None = None,
+        batch_size: int | None = None,
+        token_budget: int | None = None,
+        store_tokens: int | None = None,
+        device_share: float = 1.0,
+        draft_tokens: int | None = None,
+        draft_budget: int | None = None,
+        on_timing: Callable[[Timing], None] | None = None,
+    ):
+        if batch_size is not None:
+            check_count("batch_size", batch_size)
+        if not 0 < device_share <= 1:
+            raise ValueError(
+                f"device_share must be in (0, 1]: the share of the device this engine may fill. Given: {device_share}"
+            )
+        # Ragged passes attend with ours (attention.ragged_attention), whatever the model was loaded with: plain
+        # causal attention over grouped-query heads. A model whose attention is more than that is refused here.
+        check_plain_attention(judge.model.config)
+        features = features or EngineFeatures()
+        self.judge, self.features, self.device_share = judge, features, device_share
+        if judge.grammar_compiler is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
+            judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
+        self.grammars: GrammarCompiler = judge.grammar_compiler
+        self.device = judge.model.device
+        self.capacity = capacity(
+            judge.model, self.device, batch_size=batch_size, token_budget=token_budget, device_share=device_share
+        )
+        self.max_rows, self.token_budget = self.capacity.rows, self.capacity.token_budget
+        self.stats = EngineStats()
+        self.loaded_attention = getattr(judge.model.config, "_attn_implementation", None)
+        judge.model.set_attn_implementation(register_attention())
+        self.attention = judge.model.config._attn_implementation
+        # Prefixes kept across steps and calls: a quarter of the batch's token budget, so the store can never
+        # crowd out the running batch.
+        self.store = PrefixStore((store_tokens or self.token_budget // 4) if features.prefix_store else 0)
+        self.memory = MemoryGuard(self.device, self.stats)
+        self.passes = Passes(judge.model, max_rows=self.max_rows, stats=self.stats, on_timing=on_timing)
+        self.sampler = Sampler(
+            judge, self.grammars, features=features, stats=self.stats, max_rows=self.max_rows, on_timing=on_timing
+        )
+        self.drafter = Drafter(
+            enabled=features.drafts,
+            forced_tokens=features.forced_tokens,
+            gpu=self.device.type == "cuda",
+            eos_ids=self.sampler.eos_ids,
+            tokens=draft_tokens,
+            budget=draft_budget,
+        )
+        self.admission = Admission(self.sampler, self.store, self.memory, self.stats)
+        self.stepper = Stepper(self.passes, self.sampler, self.drafter, self.store, self.stats)
+        self.likelihood = LikelihoodPath(
+            self.passes,
+            self.store,
+            self.memory,
+            self.stats,
+            features=features,
+            max_rows=self.max_rows,
+            token_budget=self.token_budget,
+            vocab_size=self.sampler.vocab_size,
+        )
+        self._lock = threading.Lock()  # one run at a time on one model (ascore runs in threads)
+
+    def describe(self) -> dict:
+        f = self.features
+        return {
+            "engine": "transformers",
+            "max_rows": self.max_rows,
+            "token_budget": self.token_budget,
+            "capacity": self.capacity.reason,
+            "device_share": self.device_share,
+            "attention": self.attention,  # ragged passes attend with ours, whatever the model was loaded with
+            "loaded_attention": self.loaded_attention,
+            "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
+            "shared_prefix": f.shared_prefix,
+            "forced_tokens": f.forced_tokens,
+            "logit_verdicts": f.logit_verdicts,
+            "continuous": f.continuous,
+            "prefix_store": self.store.budget or None,
+            "drafts": {"tokens": self.drafter.tokens, "budget": self.drafter.budget} if self.drafter.tokens else None,
+            "judge": self.judge.describe(),
+        }
+
+    def streams_natively(self) -> bool:
+        return self.features.continuous
+
+    def spare_tokens(self, request: StageRequest) -> int:
+        """Context tokens left once the prompt and a realistic output allowance are in; negative: it does not fit.
+        The allowance is the schema's longest unescaped output at 3 characters a token (JSON text averages more).
+        """
+        tok = self.judge.tokenizer
+        prompt_ids = tok(self.judge.render(request.messages), add_special_tokens=False)["input_ids"]
+        if request.continuation is not None:
+            allowance = len(tok(request.continuation, add_special_tokens=False)["input_ids"])
+        else:
+            allowance = request.max_new_tokens or (
+                max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8
+            )
+        return self.judge.context_length - len(prompt_ids) - allowance
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        if not requests:
+            return []
+        feed = ListFeed(requests)
+        self.stream(feed)
+        return feed.results
+
+    def stream(self, feed: Feed) -> None:
+        """Answer a stream: take what is ready, answer what finishes, after every step. A sample's next wave joins
+        the moment its own answers are in, so no sample waits for another's slow row."""
+        import torch
+
+        with self._lock, torch.inference_mode():
+            started = time.perf_counter()
+            scheduler = Scheduler(
+                max_rows=self.max_rows, token_budget=self.token_budget, shared_prefix=self.features.shared_prefix
+            )
+            batch = Batch(self.passes.slots())
+            open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
+            twins = Twins()
+            try:
+                while True:
+                    ready = feed.take()
+                    if ready:
+                        self._take(twins.fresh(ready), open_rows, scheduler)
+                    elif not scheduler.waiting and not batch.live:
+                        break
+                    else:
+                        try:
+                            self._advance(scheduler, batch)
+                        except Exception as exc:  # noqa: BLE001 - every open row fails, kind "model"
+                            _fail_open(open_rows, exc)
+                            scheduler.waiting.clear()
+                            batch = Batch(self.passes.slots())
+                    self._answer(feed, open_rows, twins)
+            finally:
+                self.stats.seconds += time.perf_counter() - started
+
+    def _take(self, fresh: list[tuple[int, StageRequest]], open_rows: dict[int, Row], scheduler: Scheduler) -> None:
+        """New requests become rows: likelihood rows are scored at once, the others wait to be admitted."""
+        rows = rows_for(self.judge, fresh)
+        open_rows.update((r.ticket, r) for r in rows)
+        try:
+            self.likelihood.score([r for r in rows if not r.done and r.score_from is not None])
+        except Exception as exc:  # noqa: BLE001 - recorded in each row, retried by the layer above
+            _fail_open(open_rows, exc)
+        scheduler.add([r for r in rows if not r.done])
+
+    def _advance(self, scheduler: Scheduler, batch: Batch) -> None:
+        """Admit, then one step over the running rows. Out of memory anywhere in the step (a layer, the vocabulary
+        projection) left the slots and rows as they were: the newest half go back to wait, from scratch, and one
+        row alone fails."""
+        self.admission.admit(scheduler, batch)
+        if not batch.live:
+            return
+        if self.memory.attempt(self.stepper.step, batch):
+            return
+        if not scheduler.preempt(batch):
+            fail_alone(batch.live)
+            batch.release_finished()
+
+    def _answer(self, feed: Feed, open_rows: dict[int, Row], twins: Twins) -> None:
+        for ticket in [t for t, r in open_rows.items() if r.done]:
+            row = open_rows.pop(ticket)
+            result = self._result(row)
+            if result.ok and row.score_from is None:
+                self.drafter.learn(row)
+            feed.give(ticket, result)
+            for other, request in twins.answered(ticket):
+                feed.give(other, replace(result, request=request, cached=True))
+
+    # -- results ----------------------------------------------------------------------------------------------
+    def _result(self, row: Row) -> StageResult:
+        likelihood = row.score_from is not None
+        text = row.request.continuation or ""
+        if not likelihood:
+            body = [t for t in row.out if t not in self.sampler.eos_ids]
+            text = self.judge.tokenizer.decode(body, skip_special_tokens=True)
+        res = StageResult(
+            request=row.request,
+            value=None,
+            raw_output=text,
+            prompt=row.prompt,
+            tokens_in=len(row.prompt_ids),
+            tokens_out=len(row.out),
+            seconds=time.perf_counter() - row.started if row.started else 0.0,
+            batch_size=row.calls,
+            error=row.error,
+            error_kind=row.error_kind,
+            cap=row.cap,
+            forced_tokens=row.forced,
+            decoded_tokens=row.decoded,
+            choice_probs=list(row.choice_probs),
+        )
+        if res.error is not None:
+            return res
+        if likelihood:
+            res.value = Likelihood(mean_logprob=row.logprob_sum / row.logprob_count, tokens=row.logprob_count)
+            return res
+        from pydantic import ValidationError
+
+        try:
+            res.value = parse_output(row.request.schema, text)
+        except (ValidationError, ValueError) as exc:
+            res.error_kind = Failure.SCHEMA
+            res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+        return res
+
+
+class Twins:
+    """Identical requests in flight (a source's questions, asked for each of its summaries), by StageRequest.key:
+    computed once, since greedy decoding would give every copy the same answer."""
+
+    def __init__(self):
+        self.computing: dict[str, int] = {}  # key -> the ticket computing it
+        self.waiting: dict[int, tuple[str, list[tuple[int, StageRequest]]]] = {}  # that ticket -> key, its twins
+
+    def fresh(self, ready: list[tuple[int, StageRequest]]) -> list[tuple[int, StageRequest]]:
+        """The requests not already in flight; the others wait for their twin's answer."""
+        fresh = []
+        for ticket, request in ready:
+            key = request.key
+            if key in self.computing:
+                self.waiting[self.computing[key]][1].append((ticket, request))
+            else:
+                self.computing[key], self.waiting[ticket] = ticket, (key, [])
+                fresh.append((ticket, request))
+        return fresh
+
+    def answered(self, ticket: int) -> list[tuple[int, StageRequest]]:
+        """The twins waiting on this ticket's answer."""
+        key, twins = self.waiting.pop(ticket)
+        del self.computing[key]
+        return twins
+
+
+def _fail_open(open_rows: dict[int, Row], exc: Exception) -> None:
+    """The engine itself raised (not out of memory): every row taken and not answered fails with the error, kind
+    "model", so the retry layer reruns it once and the driver never loses a row."""
+    message = engine_raised(exc)
+    for row in open_rows.values():
+        if not row.done:
+            row.fail(Failure.MODEL, message)

@@ -1,0 +1,68 @@
+"""The judge's decoder over KV slots: one ragged forward pass, and the vocabulary projection where tokens are read."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from offline_sumscore.engine.local.features import EngineStats, Timing
+from offline_sumscore.engine.local.kv_slots import KVSlots
+from offline_sumscore.engine.local.transfer import to_device
+
+
+class Passes:
+    def __init__(self, model, *, max_rows: int, stats: EngineStats, on_timing: Callable[[Timing], None] | None):
+        self.model, self.max_rows, self.stats, self.on_timing = model, max_rows, stats, on_timing
+        self.device = model.device
+        # transformers 5.24 renamed the decoder's past_key_values argument to cache (the old name is deprecated).
+        params = inspect.signature(model.get_decoder().forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._no_mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=self.device)  # a pass's masks are its own
+
+    def slots(self, rows: int = 0, columns: int = 0) -> KVSlots:
+        return KVSlots(
+            self.model.config,
+            dtype=self.model.dtype,
+            device=self.device,
+            rows=rows,
+            columns=columns,
+            row_limit=self.max_rows,
+        )
+
+    def run(self, slots: KVSlots, feeds: list[list[int]], starts: list[int], *, kind: str, commit: bool = True):
+        """One forward pass of the decoder: slot r feeds the tokens feeds[r] (none: []), at positions from
+        starts[r] on, all of them as one flat [1, tokens] sequence, each attending its own row
+        (attention.ragged_attention): no holes anywhere. Returns the hidden states [tokens, hidden] and each slot's
+        first token in them. Raises with the slots as they were. kind names the pass for the timing hook."""
+        started = time.perf_counter()
+        layout = slots.begin([len(f) for f in feeds])
+        ids = np.fromiter((t for f in feeds for t in f), dtype=np.int64, count=layout.tokens)[None]
+        positions = (np.repeat(np.asarray(starts, dtype=np.int64), layout.counts) + layout.step_of)[None]
+        try:
+            hidden = self.model.get_decoder()(
+                input_ids=to_device(torch.from_numpy(ids), self.device),
+                attention_mask=self._no_mask,
+                position_ids=to_device(torch.from_numpy(positions), self.device),
+                use_cache=True,
+                ragged_pass=layout,
+                **{self._cache_kw: slots},
+            ).last_hidden_state[0]
+        except BaseException:
+            slots.abort()
+            raise
+        self.stats.forward_passes += 1
+        if commit:
+            slots.commit()
+        if self.on_timing is not None:
+            rows, widest = sum(1 for f in feeds if f), max(map(len, feeds), default=0)
+            self.on_timing(Timing(kind, time.perf_counter() - started, rows, widest, layout.tokens))
+        return hidden, layout.offsets
+
+    def logits(self, hidden, at: list[int], vocab: int):
+        """The vocabulary projection at these places of a pass's hidden states only: float32 [len(at), vocab]."""
+        where = to_device(torch.tensor(at, dtype=torch.long), self.device)
+        return self.model.get_output_embeddings()(hidden.index_select(0, where))[:, :vocab].float()

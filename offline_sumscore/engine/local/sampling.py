@@ -1,0 +1,168 @@
+"""The grammar's side of decoding: each row's grammar state, the tokens it forces, whether it is complete, the masks
+of a step's read points, and the judge's greedy picks and P(yes) under them.
+
+Masks are filled on the CPU, in llguidance's threads, into one pinned bitmask while the device runs the pass, moved
+to the device once, unpacked and applied there. Where the allowed tokens form a closed choice (true/false, "1"/"0"),
+P(yes) is read from the same distribution; picks and P(yes) come back in one transfer, the step's one
+synchronisation with the device. A NaN in the logits is never read as a verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
+from offline_sumscore.engine.local.transfer import to_device
+
+
+@dataclass(frozen=True)
+class ReadPoint:
+    """Where a step reads a row's next token: its slot, the token's place in the pass's hidden states, the bitmask
+    row of the grammar state there, and how many of the row's draft tokens come before it."""
+
+    slot: int
+    hidden_at: int
+    mask_row: int
+    after_draft: int
+
+
+@dataclass(frozen=True)
+class Pick:
+    token: int  # -1: the logits were NaN, nothing was read
+    p_yes: float | None  # where the pick decides a closed-choice verdict
+
+
+class Sampler:
+    def __init__(self, judge, grammars, *, features: EngineFeatures, stats: EngineStats, max_rows: int, on_timing):
+        import llguidance
+
+        self.grammars, self.features, self.stats, self.on_timing = grammars, features, stats, on_timing
+        tok, gen = judge.tokenizer, judge.model.generation_config
+        eos = gen.eos_token_id if gen.eos_token_id is not None else tok.eos_token_id
+        self.eos_ids = sorted(set(eos if isinstance(eos, list) else [eos]) | {tok.eos_token_id})
+        self.vocab_size = grammars.vocab_size
+        self.device = judge.model.device
+        self.max_rows = max_rows
+        self._executor = llguidance.LLExecutor()  # fills the rows' grammar masks in parallel threads
+        self._choice_masks: dict[tuple[str, str], tuple] = {}
+        self._allocate_bitmask(max_rows)
+
+    # -- a row's grammar --------------------------------------------------------------------------------------
+    def start(self, row) -> None:
+        """A fresh grammar state for a row about to run, with the tokens its grammar fixes from the start."""
+        row.matcher = self.grammars.matcher(row.request.grammar)
+        if self.features.forced_tokens:
+            self.take_forced(row)
+        self.finish_if_complete(row)
+
+    def take_forced(self, row) -> None:
+        """The text the grammar fixes next, appended to the row's output without being decoded."""
+        forced = row.matcher.compute_ff_tokens()
+        if forced:
+            row.matcher.consume_tokens(forced)
+            row.out.extend(forced)
+            row.forced += len(forced)
+            self.stats.forced_tokens += len(forced)
+
+    def finish_if_complete(self, row) -> None:
+        """A grammar that allows nothing but the end token has nothing left to read from the model: the row ends
+        here, with no forward pass (a verdict-only row costs exactly the one pass that reads its verdict)."""
+        if self.features.logit_verdicts and not row.done and row.matcher.is_stopped():
+            row.done = True
+            self.stats.skipped_forwards += 1
+
+    # -- masks ------------------------------------------------------------------------------------------------
+    def masks(self, rows, feeding: list[int], drafts: dict, mask_row: dict[int, int]):
+        """The feeding rows' grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned
+        on a GPU host): row mask_row[s] for slot s's next token, mask_row[s] + 1 + m for the token after its draft
+        token m. Also which rows' grammars allow nothing but the end token (a numpy check over the words, not over
+        the vocabulary)."""
+        started = time.perf_counter()
+        total = sum(1 + len(drafts[s].tokens) if s in drafts else 1 for s in feeding)
+        if self._bitmask.shape[0] < total:
+            self._allocate_bitmask(total)
+        bitmask = self._bitmask[:total]
+        self.grammars.fill_bitmasks(
+            self._executor,
+            [(rows[s].matcher, mask_row[s], drafts[s].tokens if s in drafts else []) for s in feeding],
+            bitmask,
+        )
+        main = [mask_row[s] for s in feeding]
+        only_eos = ~(self._bitmask_np[main] & self._eos_words).any(axis=1)
+        self._timed(started)
+        return bitmask, dict(zip(feeding, only_eos.tolist()))
+
+    def _allocate_bitmask(self, rows: int) -> None:
+        words = -(-self.vocab_size // 32)
+        self._bitmask = torch.zeros(
+            (max(rows, self.max_rows), words), dtype=torch.int32, pin_memory=self.device.type == "cuda"
+        )
+        self._bitmask_np = self._bitmask.numpy()  # the same memory, for host-side checks
+        eos = np.full(words, 0xFFFFFFFF, dtype=np.uint32)
+        for t in self.eos_ids:
+            if t < self.vocab_size:
+                eos[t // 32] &= np.uint32(0xFFFFFFFF ^ (1 << (t % 32)))
+        self._eos_words = eos.view(np.int32)
+
+    def _timed(self, started: float) -> None:
+        if self.on_timing is not None:
+            self.on_timing(Timing("masks", time.perf_counter() - started))
+
+    # -- picks ------------------------------------------------------------------------------------------------
+    def pick(self, rows, reads: list[ReadPoint], logits, bitmask) -> list[Pick]:
+        """The greedy pick at each read point under its grammar mask, applied on the device, and P(yes) where the
+        allowed tokens form a closed choice (whitespace-only tokens are neutral; P(yes) is kept at the step whose
+        pick decides the verdict, so each verdict gets exactly one). Brought back in one transfer."""
+        if not reads:
+            return []
+        poisoned = torch.isnan(logits).any(dim=1)
+        started = time.perf_counter()
+        mask_rows = to_device(torch.tensor([r.mask_row for r in reads], dtype=torch.long), self.device)
+        allowed = unpack(to_device(bitmask, self.device).index_select(0, mask_rows), self.vocab_size)
+        self._timed(started)
+        logits = logits.masked_fill(~allowed, float("-inf"))
+        picks = logits.argmax(dim=-1)
+        p_yes = self._p_yes(rows, reads, logits, allowed, picks)
+        back = torch.stack([picks.to(torch.float32), poisoned.to(torch.float32), p_yes], 1).tolist()
+        return [Pick(-1 if bad else int(p), None if q != q else q) for p, bad, q in back]
+
+    def _p_yes(self, rows, reads: list[ReadPoint], logits, allowed, picks):
+        by_choice: dict[tuple[str, str], list[int]] = {}
+        for k, read in enumerate(reads):
+            if rows[read.slot].request.verdict_choice is not None:
+                by_choice.setdefault(rows[read.slot].request.verdict_choice, []).append(k)
+        p_yes = torch.full((len(reads),), float("nan"), device=self.device)
+        for choice, ks in by_choice.items():
+            yes, no, neutral = self._choice_mask(choice)
+            k_t = to_device(torch.tensor(ks, dtype=torch.long), self.device)
+            ok, pick = allowed.index_select(0, k_t), picks.index_select(0, k_t)
+            decisive = yes[pick] | no[pick]
+            closed = ~(ok & ~(yes | no | neutral)).any(1) & (ok & yes).any(1) & (ok & no).any(1)
+            probs = torch.softmax(logits.index_select(0, k_t), dim=-1)
+            y, n = (probs * yes).sum(1), (probs * no).sum(1)
+            value = torch.where(decisive & closed, y / (y + n), torch.full_like(y, float("nan")))
+            p_yes = p_yes.index_copy(0, k_t, value)
+        return p_yes
+
+    def _choice_mask(self, choice: tuple[str, str]):
+        """Tokens whose text (quotes and spaces stripped) starts with the yes / the no character, and the
+        whitespace-only tokens a grammar may allow before either."""
+        if choice not in self._choice_masks:
+            texts = self.grammars.token_texts
+            stripped = [t.lstrip(' "') for t in texts]
+            yes = torch.tensor([t.startswith(choice[0]) for t in stripped], device=self.device)
+            no = torch.tensor([t.startswith(choice[1]) for t in stripped], device=self.device)
+            neutral = torch.tensor([t.strip() == "" and t != "" for t in texts], device=self.device)
+            self._choice_masks[choice] = (yes, no, neutral)
+        return self._choice_masks[choice]
+
+
+def unpack(bitmask, vocab_size: int):
+    """[rows, words] int32 bitmask -> [rows, vocab] bool, on the bitmask's device."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1
+    return bits.view(bitmask.shape[0], -1)[:, :vocab_size].bool()

@@ -1,0 +1,18 @@
+"""How the two-axis stages ask a judge by default: the scorers' choice, made from what the engine says of its judge.
+
+The embedded 135M judge cannot write claims or questions worth checking, nor follow a Yes/No instruction reliably;
+measured: FRANK sentence AUC 0.62 for its best Yes/No prompt against 0.94 for likelihood verdicts, REALSumm key-fact
+AUC 0.38 (inverted) against 0.71. A judge a user brings gets the design the hosted-judge metrics use: atomic claims,
+questions drawn from the source, Yes/No verdicts with reasons. "auto" in the scorer resolves to these, and every
+row records the choice.
+"""
+
+from __future__ import annotations
+
+EMBEDDED_STAGES = {"claims": "sentences", "coverage": "key_sentences", "verdicts": "likelihood", "prompt_style": "bare"}
+BROUGHT_STAGES = {"claims": "atomic", "coverage": "questions", "verdicts": "yes-no", "prompt_style": "full"}
+
+
+def stage_defaults(judge: dict) -> dict[str, str]:
+    """The default design for the judge an engine describes (Engine.describe()["judge"])."""
+    return dict(EMBEDDED_STAGES if judge.get("embedded") else BROUGHT_STAGES)

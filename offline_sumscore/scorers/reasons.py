@@ -1,0 +1,55 @@
+"""The two-axis reason, composed from the verdicts rather than generated: it costs no tokens and cannot contradict
+them. It names the axis that set the score and the claims or items behind it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
+
+
+def _listed(items: Sequence[str], limit: int = 3) -> str:
+    shown = "; ".join(f'"{s}"' for s in items[:limit])
+    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def compose_reason(
+    score: float,
+    alignment: float,
+    coverage: float,
+    axis: str,
+    claims: list[dict],
+    questions: list[str],
+    verdicts: list[dict],
+    strict_mode: bool,
+    items: str = "questions",
+) -> str:
+    """ "The score is S because ..." naming the axis that set the score and the claims or items behind it."""
+    head = f"The score is {_fmt(score)} because"
+    if not claims:
+        return f"{head} the summary makes no claim that could be checked against the source, so alignment is 0."
+    if not questions:
+        return f"{head} there was nothing to check coverage against (no {items}), so coverage is 0."
+    counted = [(q, v) for q, v in zip(questions, verdicts) if v.get("source_answered", True)]
+    unsupported = [c["claim"] for c in claims if not c["supported"]]
+    missed = [q for q, v in counted if not v["answered"]] + questions[len(verdicts) :]
+    strict = " (strict mode: an axis below 1 counts as 0)" if strict_mode else ""
+    why_a = (
+        f"{len(unsupported)} of {len(claims)} claims are not supported by the source: {_listed(unsupported)}"
+        if unsupported
+        else "every claim is supported by the source"
+    )
+    why_c = (
+        f"the summary does not cover {len(missed)} of {len(counted)} {items}: {_listed(missed)}"
+        if missed
+        else f"the summary covers every one of the {items}"
+    )
+    if axis == "both":
+        if alignment == 1:
+            return f"{head} both alignment and coverage are 1: {why_a}, and {why_c}."
+        return f"{head} alignment and coverage are both {_fmt(round(alignment, 2))}{strict}: {why_a}; and {why_c}."
+    if axis == "alignment":
+        return f"{head} alignment ({_fmt(round(alignment, 2))}) set it{strict}: {why_a}."
+    return f"{head} coverage ({_fmt(round(coverage, 2))}) set it{strict}: {why_c}."
