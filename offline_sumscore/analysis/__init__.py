@@ -1,2 +1,2 @@
 """Statistics over scored rows, without a model: systems compared (comparison), agreement with human ratings
-(agreement)."""
+(agreement), rows set side by side (row_diff). May import core/ only: no model, no engine."""

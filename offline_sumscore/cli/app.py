@@ -143,3 +143,9 @@ def judge_options(fn):
     for opt in reversed(options):
         fn = opt(fn)
     return fn
+
+
+def output_option(help: str, *, dest: str = "output_path", file: bool = True, **kwargs):
+    """-o/--output: a file (or with file=False, a directory) the command writes."""
+    kind = click.Path(dir_okay=False) if file else click.Path(file_okay=False)
+    return click.option("-o", "--output", dest, type=kind, default=kwargs.pop("default", None), help=help, **kwargs)

@@ -11,7 +11,15 @@ from pathlib import Path
 
 import click
 
-from offline_sumscore.cli.app import EXIT_ROWS_FAILED, InputProblem, judge_options, main, p_text, run_table
+from offline_sumscore.cli.app import (
+    EXIT_ROWS_FAILED,
+    InputProblem,
+    judge_options,
+    main,
+    output_option,
+    p_text,
+    run_table,
+)
 from offline_sumscore.core.errors import SumscoreError
 from offline_sumscore.io.inputs import read_samples
 from offline_sumscore.scorers import METRICS
@@ -37,13 +45,8 @@ def models():
 
 @main.command()
 @click.argument("gguf", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "-o",
-    "--output",
-    "output_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Target directory. Default: models/converted/<name> (the embedded judge's place).",
+@output_option(
+    "Target directory. Default: models/converted/<name> (the embedded judge's place).", dest="output_dir", file=False
 )
 def convert(gguf, output_dir):
     """Convert a .gguf judge (default: the embedded one) to safetensors once, so later loads take a second.
@@ -65,14 +68,7 @@ def convert(gguf, output_dir):
 @main.command()
 @click.option("--metric", type=click.Choice(["both", *METRICS]), default="both", show_default=True)
 @judge_options
-@click.option(
-    "-o",
-    "--output",
-    "output_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also write the rows as JSONL here.",
-)
+@output_option("Also write the rows as JSONL here.")
 def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
     """Score the bundled examples (examples/demo.jsonl) and print the scores.
 

@@ -6,16 +6,14 @@ from pathlib import Path
 
 import click
 
-from offline_sumscore.cli.app import InputProblem, main
+from offline_sumscore.cli.app import InputProblem, main, output_option
 from offline_sumscore.core.durable import replace_text
 from offline_sumscore.core.errors import SumscoreError
 
 
 @main.command()
 @click.argument("results", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "-o", "--output", "output_path", type=click.Path(dir_okay=False), default="report.html", show_default=True
-)
+@output_option("The page.", default="report.html", show_default=True)
 @click.option("--title", default=None, help="Page title. Default: the results file's name.")
 @click.option("--worst", type=int, default=10, show_default=True, help="How many of the lowest scores to show.")
 def report(results, output_path, title, worst):
@@ -34,14 +32,7 @@ def report(results, output_path, title, worst):
 
 @main.command()
 @click.argument("results", nargs=-1, required=True, type=click.Path(exists=True))
-@click.option(
-    "-o",
-    "--output",
-    "output_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also write the comparison as one self-contained HTML page.",
-)
+@output_option("Also write the comparison as one self-contained HTML page.")
 @click.option(
     "--json",
     "json_path",

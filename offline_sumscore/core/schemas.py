@@ -95,41 +95,26 @@ def claims_list(max_claims: int, text_chars: int) -> type[BaseModel]:
     """Stage "claims" (atomic): the summary's claims, drawn from the summary alone. Zero claims is allowed (a summary
     that states nothing checkable scores 0). max_claims is a safety bound, not a cap: a list that reaches it is
     drawn again from smaller parts of the summary, never cut."""
-    return create_model(
-        "ClaimList",
-        __config__=_STRICT,
-        claims=(
-            list[Annotated[str, Field(min_length=1, max_length=text_chars)]],
-            Field(min_length=0, max_length=max_claims),
-        ),
-    )
+    return _text_list("ClaimList", "claims", text_chars, 0, max_claims)
+
+
+def _text_list(name: str, field: str, text_chars: int, least: int, most: int) -> type[BaseModel]:
+    """A model with one field: a list of least..most non-empty strings of at most text_chars each."""
+    items = (list[Annotated[str, Field(min_length=1, max_length=text_chars)]], Field(min_length=least, max_length=most))
+    return create_model(name, __config__=_STRICT, **{field: items})
 
 
 @cache
 def questions_list(max_questions: int, text_chars: int, min_questions: int = 1) -> type[BaseModel]:
     """Stages "questions" and "ragas_questions": closed questions the source answers yes. min_questions ==
     max_questions asks for exactly that many (DeepEval's n)."""
-    return create_model(
-        "QuestionList",
-        __config__=_STRICT,
-        questions=(
-            list[Annotated[str, Field(min_length=1, max_length=text_chars)]],
-            Field(min_length=min_questions, max_length=max_questions),
-        ),
-    )
+    return _text_list("QuestionList", "questions", text_chars, min_questions, max_questions)
 
 
 @cache
 def keyphrases_list(max_keyphrases: int, text_chars: int) -> type[BaseModel]:
     """Stage "keyphrases" (Ragas-style): named entities, dates, money, percentages of the text."""
-    return create_model(
-        "KeyphraseList",
-        __config__=_STRICT,
-        keyphrases=(
-            list[Annotated[str, Field(min_length=1, max_length=text_chars)]],
-            Field(min_length=0, max_length=max_keyphrases),
-        ),
-    )
+    return _text_list("KeyphraseList", "keyphrases", text_chars, 0, max_keyphrases)
 
 
 @cache

@@ -221,6 +221,7 @@ class ScorerBase:
     def _score_one(self, sample: Sample) -> Any:
         return self.score_many([sample])[0]
 
-    async def _ascore_one(self, sample: Sample) -> Any:
-        # The model runs in a worker thread; the engine serialises generate calls on one model.
-        return await asyncio.to_thread(self._score_one, sample)
+    async def ascore(self, *args, **kwargs) -> Any:
+        """score() for async callers (DeepEval's a_measure, Ragas's ascore), with the same arguments: the model runs
+        in a worker thread, and the engine serialises calls on one model."""
+        return await asyncio.to_thread(self.score, *args, **kwargs)

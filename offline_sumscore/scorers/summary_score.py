@@ -91,17 +91,6 @@ class SummaryScore(ScorerBase):
         """score(text, summary), or with Ragas's names: score(reference_contexts=[...], response=...)."""
         return self._score_one(self._sample(source, summary, reference_contexts, response, id))
 
-    async def ascore(
-        self,
-        source: str | Sequence[str] | None = None,
-        summary: str | None = None,
-        *,
-        reference_contexts: Sequence[str] | None = None,
-        response: str | None = None,
-        id: str | None = None,
-    ) -> SummaryScoreResult:
-        return await self._ascore_one(self._sample(source, summary, reference_contexts, response, id))
-
     @staticmethod
     def _sample(source, summary, reference_contexts, response, id) -> Sample:
         if (source is None) == (reference_contexts is None):

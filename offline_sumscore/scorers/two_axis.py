@@ -209,17 +209,6 @@ class SummarizationScorer(ScorerBase):
     ) -> SummarizationResult:
         return self._score_one(self._sample(source, summary, questions, key_facts, id))
 
-    async def ascore(
-        self,
-        source: str,
-        summary: str,
-        *,
-        questions: Sequence[str] | None = None,
-        key_facts: Sequence[str] | None = None,
-        id: str | None = None,
-    ) -> SummarizationResult:
-        return await self._ascore_one(self._sample(source, summary, questions, key_facts, id))
-
     def _sample(self, source, summary, questions, key_facts, id) -> Sample:
         if questions is not None and key_facts is not None:
             raise UsageError("give questions or key_facts, not both")
