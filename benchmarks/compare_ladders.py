@@ -1,10 +1,12 @@
-"""Two runs of the throughput ladder side by side: before and after a change that must not move verdicts.
+"""Ladder runs side by side: before and after a change that must not move verdicts.
 
-    python benchmarks/compare_ladders.py BEFORE AFTER    # each the --out stem of a throughput.py run
+    python benchmarks/compare_ladders.py BEFORE AFTER        # each the --out stem of a throughput.py run
+    python benchmarks/compare_ladders.py B1,B2,B3 A1,A2,A3   # several runs a side, e.g. taken in turns
 
-Per workload and rung: each run's median time and its runs, after/before, verdicts that differ between the runs
-(flips), the largest change of a verdict's probability and of a score, and rows that failed in one run only. A
-row-for-row comparison, not a rate: the two runs score the same frozen inputs. Prints a markdown table.
+Per workload and rung: each side's median time over all its runs (every run listed), after/before, verdicts that
+differ between the sides' first runs (flips), the largest change of a verdict's probability and of a score, and rows
+that failed on one side only. A row-for-row comparison, not a rate: every run scores the same frozen inputs. Taking
+the runs of the two sides in turns puts a slow spell of the machine on both alike. Prints a markdown table.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from statistics import median
 
 
-def load(stem: Path) -> tuple[dict, dict]:
-    report = json.loads(Path(f"{stem}.json").read_text())
-    outcomes = json.loads(Path(f"{stem}_verdicts.json").read_text())
-    times = {(r["workload"], r["rung"]): r for r in report["rows"]}
+def load(stems: str) -> tuple[dict, dict]:
+    """Every run's times per (workload, rung), pooled, and the first run's outcomes."""
+    times: dict[tuple[str, str], list[float]] = {}
+    outcomes = None
+    for stem in stems.split(","):
+        report = json.loads(Path(f"{stem}.json").read_text())
+        for r in report["rows"]:
+            times.setdefault((r["workload"], r["rung"]), []).extend(r["runs_s"])
+        outcomes = outcomes or json.loads(Path(f"{stem}_verdicts.json").read_text())
     return times, outcomes
 
 
@@ -44,8 +52,8 @@ def differences(before: list[dict], after: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="Two ladder runs, before and after a change (see the docstring).")
-    ap.add_argument("before", type=Path)
-    ap.add_argument("after", type=Path)
+    ap.add_argument("before", help="the --out stem of a throughput.py run, or several joined by commas")
+    ap.add_argument("after", help="the same for the runs after the change")
     args = ap.parse_args()
     times_a, outcomes_a = load(args.before)
     times_b, outcomes_b = load(args.after)
@@ -61,8 +69,8 @@ def main() -> None:
         workload, rung = key
         d = differences(outcomes_a[workload][rung], outcomes_b[workload][rung])
         lines.append(
-            f"| {workload} | {rung} | {a['seconds']:.1f} ({', '.join(f'{x:.1f}' for x in a['runs_s'])}) | "
-            f"{b['seconds']:.1f} ({', '.join(f'{x:.1f}' for x in b['runs_s'])}) | {b['seconds'] / a['seconds']:.2f} | "
+            f"| {workload} | {rung} | {median(a):.1f} ({', '.join(f'{x:.1f}' for x in a)}) | "
+            f"{median(b):.1f} ({', '.join(f'{x:.1f}' for x in b)}) | {median(b) / median(a):.2f} | "
             f"{d['flips']} of {d['compared']} | {d['p_change']:.1e} | {d['score_change']:.1e} | {d['failed_once']} |"
         )
     print("\n".join(lines))

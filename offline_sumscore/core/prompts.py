@@ -8,7 +8,7 @@ Two-axis prompts come in two styles, chosen per judge and recorded in every row:
 - "bare": no system message of ours (the chat template's own system turn, if it has one, stays), and the shortest
   wording. For the embedded 135M judge, measured on all 274 FRANK sentences (ROC AUC of P(Yes)): the same question
   with our principles as the system message 0.40-0.45, with a one-line system message 0.57, with none 0.62.
-No worked examples: on the embedded judge one example lowered FRANK AUC from 0.63 to 0.49 (issue 11's probe).
+No worked examples: on the embedded judge one worked example lowered FRANK AUC from 0.63 to 0.49 (all 274 sentences).
 
 Prompts that run together share their opening, so the engine computes it once and forks its KV cache: every
 verdict on a source opens with that source, every coverage verdict with the summary, whichever claim, question

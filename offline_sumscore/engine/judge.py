@@ -304,11 +304,32 @@ class Judge:
         }
 
 
+def refuse_unsupported(path: Path) -> None:
+    """A model whose attention the engine would compute wrongly is refused from its config, before its weights
+    load, with a line that names what it lacks."""
+    from transformers import AutoConfig
+
+    from offline_sumscore.engine.local.attention import unsupported
+
+    try:
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError):
+        return  # the weights' loader says what is wrong, in its own words
+    missing = unsupported(getattr(config, "text_config", None) or config)
+    if missing:
+        raise ModelLoadError(
+            f"{path}: {missing}, which this engine's attention does not compute; use a causal decoder judge "
+            "(Llama, Qwen, Mistral, Gemma, Phi-3)"
+        )
+
+
 def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "auto") -> Judge:
     """Load a judge from disk. model=None is the embedded SmolLM2-135M-Instruct (converted once to models/)."""
     _force_offline()
     started = time.perf_counter()
     path = resolve_model_path(model)
+    if path.is_dir():
+        refuse_unsupported(path)
     dev, dev_reason = _pick_device(device)
     torch_dtype, dtype_reason = _pick_dtype(dtype, dev)
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -60,5 +60,5 @@ def test_the_gpu_ladder_writes_the_full_engine_first_and_keeps_it_when_cut_short
     report = json.loads(Path(f"{out}.json").read_text())
     (row,) = report["rows"]  # rung 0 never finished: what was measured is kept
     assert row["rung"] == "7" and row["failed_rows"] == 0 and row["nan_values"] == 0 and row["nan_rows"] == 0
-    assert report["engine"]["attention"] == "offline_sumscore_gqa_sdpa"
+    assert report["engine"]["attention"] == "offline_sumscore_ragged"
     assert "| standard | 7 |" in Path(f"{out}.md").read_text()

@@ -1,6 +1,12 @@
 """Attention for ragged passes: where each of a pass's tokens goes in the KV slots and which keys it attends
 (RaggedPass), the attention itself (ragged_attention), the grouped-query SDPA the judge runs with outside the
-engine's passes, and the check that a model's attention is the kind these compute.
+engine's passes, and the check that a model's attention is a kind these compute.
+
+What a layer asks for arrives with its call, as transformers passes it to any attention function: a sliding window
+(`sliding_window`: a query attends the keys less than that many positions before it, as Mistral v0.1, Phi-3 and
+the local layers of Gemma-2 and Gemma-3 do) and softcapped scores (`softcap`: tanh(score / cap) x cap before the
+mask, as Gemma-2 does). Columns are positions (each row lies left-aligned in its slot), so a window is a bound on
+columns.
 
 A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. Attention runs as one call over
 every slot's first new token (a decoding step feeds one token a row, so that is usually the whole pass) plus one
@@ -52,11 +58,7 @@ class RaggedPass:
         self.single = (indices(singles, device), indices(self.offsets[singles], device)) if len(singles) else None
         self.first_token = indices(np.where(counts > 0, self.offsets, 0), device)
         self.runs = [self._run(a, b) for a, b in self._spans()]
-        self._masks = (
-            self._allowed(slice(None), 1) if self.single is not None else None,
-            [self._allowed(slice(run.first, run.end), run.width) for run in self.runs],
-        )
-        self._grouped: dict[int, tuple] = {}
+        self._masks: dict[tuple[int, int | None], tuple] = {}  # (kv group, window) -> the pass's masks
 
     def _spans(self) -> list[tuple[int, int]]:
         """Runs of adjacent slots that feed more than one token; past MAX_RUNS, one span over them all where a
@@ -77,26 +79,31 @@ class RaggedPass:
             step=indices(self.step_of[mine], self.device),
         )
 
-    def _allowed(self, rows: slice, width: int) -> torch.Tensor:
-        """A query attends its row's columns up to its own (causal; the row's earlier tokens all come before). A
-        query beyond its row's tokens (a padded run's, or a slot that feeds nothing in the single call) attends up
-        to the last column, never nothing: a query row that may attend to no key is where CUDA's kernels return
-        NaN. Built on the device from each query's own column: only those travel. [rows, 1, width, columns]"""
+    def _allowed(self, rows: slice, width: int, window: int | None) -> torch.Tensor:
+        """A query attends its row's columns up to its own (causal; the row's earlier tokens all come before), and
+        within a window, the last `window` of them. A query beyond its row's tokens (a padded run's, or a slot that
+        feeds nothing in the single call) attends as if at the last column, never nothing: a query row that may
+        attend to no key is where CUDA's kernels return NaN. Built on the device from each query's own column:
+        only those travel. [rows, 1, width, columns]"""
         last = max(self.stop, 1) - 1
         keys = torch.arange(last + 1, device=self.device)
-        at = indices(np.minimum(self.filled[rows, None] + np.arange(width)[None, :], last), self.device)
-        return (keys <= at[:, :, None])[:, None]
+        at = indices(np.minimum(self.filled[rows, None] + np.arange(width)[None, :], last), self.device)[:, :, None]
+        allowed = keys <= at
+        if window is not None:
+            allowed &= keys > at - window
+        return allowed[:, None]
 
-    def masks(self, group: int) -> tuple:
+    def masks(self, group: int, window: int | None = None) -> tuple:
         """The boolean masks of the single call and of each run, each query row repeated once per query head of
-        a kv group (the stacking of _gqa), made once per pass."""
-        if group not in self._grouped:
-            single, run_masks = self._masks
+        a kv group (the stacking of _gqa), made once per pass for each window its layers use."""
+        if (group, window) not in self._masks:
+            single = self._allowed(slice(None), 1, window) if self.single is not None else None
+            run_masks = [self._allowed(slice(run.first, run.end), run.width, window) for run in self.runs]
             if group > 1:
                 single = single.repeat(1, 1, group, 1) if single is not None else None
                 run_masks = [m.repeat(1, 1, group, 1) for m in run_masks]
-            self._grouped[group] = (single, run_masks)
-        return self._grouped[group]
+            self._masks[(group, window)] = (single, run_masks)
+        return self._masks[(group, window)]
 
 
 def runs(slots: list[int]) -> list[tuple[int, int]]:
@@ -110,35 +117,45 @@ def runs(slots: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def ragged_attention(query, key, value, layout: RaggedPass, scaling) -> torch.Tensor:
+def ragged_attention(
+    query, key, value, layout: RaggedPass, scaling, window: int | None = None, softcap: float | None = None
+) -> torch.Tensor:
     """Attention for a ragged pass: query [1, heads, tokens, dim] (the pass's tokens, flat), key and value every
     slot's columns [slots, kv heads, columns, dim]. Returns [1, tokens, heads, dim]."""
     heads, kv_heads = query.shape[1], key.shape[1]
     group = heads // kv_heads
-    single_mask, run_masks = layout.masks(group)
+    single_mask, run_masks = layout.masks(group, window)
     flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
     out = torch.empty_like(flat)
     if layout.single is not None:
         q = flat.index_select(0, layout.first_token)[:, :, None]  # each slot's first token: [slots, heads, 1, dim]
-        o = _gqa(q, key, value, single_mask, scaling, group)[:, :, 0]
+        o = _gqa(q, key, value, single_mask, scaling, group, softcap)[:, :, 0]
         rows, tokens = layout.single
         out.index_copy_(0, tokens, o.index_select(0, rows))
     for run, mask in zip(layout.runs, run_masks):
         grid = flat.new_zeros((run.end - run.first, run.width, heads, flat.shape[-1]))
         grid[run.slot, run.step] = flat.index_select(0, run.tokens)
         keys, values = key[run.first : run.end], value[run.first : run.end]
-        o = _gqa(grid.transpose(1, 2), keys, values, mask, scaling, group).transpose(1, 2)
+        o = _gqa(grid.transpose(1, 2), keys, values, mask, scaling, group, softcap).transpose(1, 2)
         out.index_copy_(0, run.tokens, o[run.slot, run.step])
     return out[None]
 
 
-def _gqa(query, key, value, mask, scaling, group: int) -> torch.Tensor:
+def _gqa(query, key, value, mask, scaling, group: int, softcap: float | None = None) -> torch.Tensor:
     """SDPA with a group's query heads stacked along the query axis ([rows, kv heads, group x queries, dim]), so
-    the keys and values are never repeated per query head; the mask comes repeated so."""
+    the keys and values are never repeated per query head; the mask comes repeated so. Softcapped scores are
+    computed by hand (SDPA has no softcap): tanh(score / cap) x cap, then the mask, then a float32 softmax."""
     rows, heads, queries, dim = query.shape
     if group > 1:
         query = query.reshape(rows, heads // group, group * queries, dim)
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    if softcap is None:
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
+    else:
+        scores = torch.matmul(query, key.transpose(-1, -2)) * (scaling if scaling is not None else dim**-0.5)
+        scores = torch.tanh(scores / softcap) * softcap
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype), value)
     return out.reshape(rows, heads, queries, dim)
 
 
@@ -147,9 +164,9 @@ def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, s
     scaled_dot_product_attention for grouped-query models without expanding the keys and values (a plain call of
     the model, as outlines' generate makes: transformers' SDPA path repeats every layer's keys and values once per
     query head of a group whenever a mask is given, which copies the whole cache again each step)."""
-    layout = kwargs.get("ragged_pass")
+    layout, window, softcap = kwargs.get("ragged_pass"), kwargs.get("sliding_window"), kwargs.get("softcap")
     if layout is not None:
-        return ragged_attention(query, key, value, layout, scaling), None
+        return ragged_attention(query, key, value, layout, scaling, window, softcap), None
     rows, heads, queries, dim = query.shape
     kv_heads, keys = key.shape[1], key.shape[2]
     group = heads // kv_heads
@@ -159,11 +176,11 @@ def grouped_query_sdpa(module, query, key, value, attention_mask, dropout=0.0, s
         mask = torch.ones((queries, keys), dtype=torch.bool, device=query.device).tril(keys - queries)[None, None]
     if mask is not None and group > 1:
         mask = mask.expand(mask.shape[0], 1, queries, keys).repeat(1, 1, group, 1)
-    out = _gqa(query, key, value, mask, scaling, group)
+    out = _gqa(query, key, value, mask, scaling, group, softcap)  # transformers' mask holds any window
     return out.transpose(1, 2).contiguous(), None
 
 
-ATTENTION = "offline_sumscore_gqa_sdpa"
+ATTENTION = "offline_sumscore_ragged"  # no "sdpa" in it: transformers would check SDPA support (Gemma-2 has none)
 
 
 def register_attention() -> str:
@@ -176,21 +193,26 @@ def register_attention() -> str:
     return ATTENTION
 
 
-def check_plain_attention(config) -> None:
-    """Ragged passes attend with plain causal softmax attention over grouped-query heads. A model whose attention
-    is more than that (a sliding window, softcapped scores) would be judged wrongly by it: refused, loudly."""
-    window = getattr(config, "sliding_window", None)
-    windowed = window is not None and getattr(config, "use_sliding_window", True) is not False
-    layer_types = getattr(config, "layer_types", None) or []
-    if windowed and (not layer_types or any("sliding" in str(t) for t in layer_types)):
+def unsupported(config) -> str | None:
+    """What in a model's attention this engine does not compute, in a few words; None when it computes all of it:
+    causal attention over grouped-query heads, per-layer sliding windows, softcapped scores and logits."""
+    name = getattr(config, "model_type", "this model")
+    if getattr(config, "use_bidirectional_attention", False):
+        return f"{name} attends both ways (use_bidirectional_attention)"
+    if getattr(config, "attention_chunk_size", None):
+        return f"{name} attends within chunks of {config.attention_chunk_size} tokens (attention_chunk_size)"
+    if getattr(config, "alibi", False) or getattr(config, "position_embedding_type", "rope") == "alibi":
+        return f"{name} biases its scores by distance (ALiBi)"
+    if getattr(config, "is_encoder_decoder", False):
+        return f"{name} is an encoder-decoder model"
+    return None
+
+
+def check_attention(config) -> None:
+    """Refuses, loudly, a model whose attention this engine would compute wrongly."""
+    missing = unsupported(config)
+    if missing:
         raise ValueError(
-            f"{getattr(config, 'model_type', 'this model')} attends within a sliding window of {window} tokens, "
-            "which this engine's attention does not do; use a judge with full attention (Llama, Qwen2.5, Mistral "
-            "v0.2 and later)"
+            f"{missing}, which this engine's attention does not compute; use a causal decoder judge (Llama, Qwen, "
+            "Mistral, Gemma, Phi-3)"
         )
-    for name in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if getattr(config, name, None):
-            raise ValueError(
-                f"{getattr(config, 'model_type', 'this model')} softcaps its scores ({name}), which this engine "
-                "does not do; use a judge without softcapping (Llama, Qwen2.5, Mistral)"
-            )

@@ -21,7 +21,7 @@ from offline_sumscore.engine import Engine, Feed, ListFeed
 from offline_sumscore.engine.grammar import BACKEND, GrammarCompiler
 from offline_sumscore.engine.judge import Judge
 from offline_sumscore.engine.local.admission import Admission, rows_for
-from offline_sumscore.engine.local.attention import check_plain_attention, register_attention
+from offline_sumscore.engine.local.attention import check_attention, register_attention
 from offline_sumscore.engine.local.capacity import capacity
 from offline_sumscore.engine.local.drafts import Drafter
 from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
@@ -57,9 +57,9 @@ class TransformersEngine(Engine):
             raise ValueError(
                 f"device_share must be in (0, 1]: the share of the device this engine may fill. Given: {device_share}"
             )
-        # Ragged passes attend with ours (attention.ragged_attention), whatever the model was loaded with: plain
-        # causal attention over grouped-query heads. A model whose attention is more than that is refused here.
-        check_plain_attention(judge.model.config)
+        # Ragged passes attend with ours (attention.ragged_attention), whatever the model was loaded with; a model
+        # whose attention it would compute wrongly is refused here (the loader refused it before its weights).
+        check_attention(judge.model.config)
         features = features or EngineFeatures()
         self.judge, self.features, self.device_share = judge, features, device_share
         if judge.grammar_compiler is None:  # one cache per loaded judge, so scorers sharing a judge share grammars

@@ -22,6 +22,7 @@ class Passes:
         params = inspect.signature(model.get_decoder().forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._no_mask = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=self.device)  # a pass's masks are its own
+        self.logit_cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma-2 and Gemma-3
 
     def slots(self, rows: int = 0, columns: int = 0) -> KVSlots:
         return KVSlots(
@@ -65,4 +66,7 @@ class Passes:
     def logits(self, hidden, at: list[int], vocab: int):
         """The vocabulary projection at these places of a pass's hidden states only: float32 [len(at), vocab]."""
         where = to_device(torch.tensor(at, dtype=torch.long), self.device)
-        return self.model.get_output_embeddings()(hidden.index_select(0, where))[:, :vocab].float()
+        logits = self.model.get_output_embeddings()(hidden.index_select(0, where))[:, :vocab].float()
+        if self.logit_cap:  # as the model's own head applies it: tanh(logits / cap) x cap
+            logits = torch.tanh(logits / self.logit_cap) * self.logit_cap
+        return logits
