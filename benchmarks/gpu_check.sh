@@ -21,7 +21,7 @@ ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "no wheels in $WHEELS: run benchmar
 export PYTHONPATH=$SITE:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$OUT/log.txt"
 "$PYTHON" -c "
-import torch, transformers, outlines, llguidance, pydantic, offline_sumscore.engine.executor
+import torch, transformers, outlines, llguidance, pydantic, offline_sumscore.engine.local
 print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__,
       'llguidance', getattr(llguidance, '__version__', '?'), 'pydantic', pydantic.VERSION)
 " 2>&1 | tee -a "$OUT/log.txt" || { echo "an import failed: see $OUT/log.txt" >&2; exit 1; }

@@ -68,3 +68,28 @@ def use_scripted(monkeypatch, scripted):
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def embedded_tokenizer():
+    """The embedded judge's tokenizer and chat template, from its converted folder (no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    from offline_sumscore.engine.judge import models_root
+
+    return AutoTokenizer.from_pretrained(str(models_root() / "SmolLM2-135M-Instruct"), local_files_only=True)
+
+
+def judge_around(tokenizer, model=None, context_length: int = 8192):
+    """A Judge of model (None: no model, for rendering and sizing prompts) speaking through tokenizer."""
+    from offline_sumscore.engine.judge import Judge
+
+    return Judge(
+        model=model,
+        tokenizer=tokenizer,
+        name="t",
+        path="",
+        device="cpu",
+        dtype="float32",
+        identity="t",
+        context_length=context_length,
+    )

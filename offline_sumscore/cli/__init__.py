@@ -7,7 +7,7 @@ its error); 2 bad usage or input; 3 INPUT holds no rows; 130 interrupted (Ctrl-C
 rows scored so far kept. Errors are one line, never a traceback.
 """
 
-from offline_sumscore.cli import judges, results, score  # noqa: F401 - each registers its commands on main
+from offline_sumscore.cli import calibrate, judges, results, score  # noqa: F401 - each registers its commands on main
 from offline_sumscore.cli.app import main
 
 __all__ = ["main"]

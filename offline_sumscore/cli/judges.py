@@ -25,6 +25,12 @@ from offline_sumscore.io.inputs import read_samples
 from offline_sumscore.scorers import METRICS
 
 
+def evidence_text(e: dict) -> str:
+    """A likelihood verdict's weakest token, as a person reads it."""
+    expected = f"; given the source the judge expected {e['expected']!r} (p {e['p_expected']:.2f})"
+    return f"{e['token']!r} (PMI {e['pmi']:+.1f} nats, p {e['p']:.2f}{expected if e['expected'] != e['token'] else ''})"
+
+
 @main.command()
 def models():
     """List the judge presets and which are present on this machine. Nothing is downloaded."""
@@ -106,6 +112,8 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                             f"      claim    {'supported  ' if claim['supported'] else 'UNSUPPORTED'} "
                             f"P={p_text(claim['p_supported'])}  {claim['claim']}"
                         )
+                        if claim.get("evidence"):
+                            click.echo(f"               weakest token {evidence_text(claim['evidence'])}")
                     for item, verdict in zip(row["questions"], row["coverage_verdicts"]):
                         click.echo(
                             f"      coverage {'covered    ' if verdict['answered'] else 'MISSED     '} "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+from pathlib import Path
 
 import click
 
@@ -207,8 +209,14 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
     help="With --engine ray: GPUs per actor (default 1 where Ray sees GPUs, else 0).",
 )
 @click.option("--cpus-per-judge", type=float, default=1, show_default=True, help="With --engine ray: CPUs per actor.")
+@click.option(
+    "--calibration",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="two-axis: the likelihood threshold from `sumscore calibrate` (its JSON).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def score(input_path, output_path, metric, quiet, **opts):
+def score(input_path, output_path, metric, quiet, calibration, **opts):
     """Score every row of INPUT (JSONL, CSV, Parquet or a datasets save_to_disk directory, with source and summary
     fields and an optional id) into OUTPUT.
 
@@ -216,6 +224,7 @@ def score(input_path, output_path, metric, quiet, **opts):
     written with an "error" (stage, cause, message) and the run goes on; the exit code is 1 if any row failed.
     """
     taken = {name: opts.pop(name) for name in (*FILE_OPTIONS, *JUDGE_OPTIONS, *RAY_OPTIONS, *CACHE_OPTIONS)}
+    calibrated = _calibration(calibration, opts)
     try:
         cache = _cache(**{k: taken[k] for k in CACHE_OPTIONS})
         if quiet:  # quiet means quiet: no weight-loading bars either
@@ -232,7 +241,41 @@ def score(input_path, output_path, metric, quiet, **opts):
         raise InputProblem(
             re.sub(r"^([a-z_]+) (?=must|should)", lambda m: f"{typed_flag(m.group(1))} ", str(exc))
         ) from None
+    _warn_about_verdicts(run.report.rows, calibrated)
     _say_how_it_went(metric, run, cache, on_ray=taken["engine_kind"] == "ray")
+
+
+def _calibration(path: str | None, opts: dict) -> dict | None:
+    """--calibration: its threshold becomes --likelihood-threshold (giving both is refused)."""
+    if path is None:
+        return None
+    if opts.get("likelihood_threshold") is not None:
+        raise click.UsageError("give --calibration or --likelihood-threshold, not both")
+    try:
+        found = json.loads(Path(path).read_text())
+        opts["likelihood_threshold"] = float(found["likelihood_threshold"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputProblem(f"{path} is not a calibration from `sumscore calibrate`: {exc}") from None
+    return found
+
+
+def _warn_about_verdicts(rows: list[dict], calibrated: dict | None) -> None:
+    """Once per run: verdicts all on one side (the threshold does not fit the text), or a calibration made on
+    another judge than the one that scored."""
+    from offline_sumscore.analysis.calibration import one_sided
+
+    likelihood = [r for r in rows if (r.get("settings") or {}).get("design.verdicts") == "likelihood"]
+    said = one_sided([c["supported"] for r in likelihood for c in r.get("claims") or []])
+    if said:
+        click.echo(f"warning: {said}", err=True)
+    identities = {(r.get("judge") or {}).get("identity") for r in likelihood}
+    wanted = ((calibrated or {}).get("judge") or {}).get("identity")
+    if calibrated and wanted not in identities and identities:
+        click.echo(
+            f"warning: the calibration was made on judge {calibrated['judge'].get('name')} ({wanted}), not on the "
+            "judge that scored these rows: its threshold is that judge's; calibrate again on this one",
+            err=True,
+        )
 
 
 FILE_OPTIONS = (

@@ -74,6 +74,12 @@ class Likelihood(BaseModel):
     model_config = _STRICT
     mean_logprob: float
     tokens: int = Field(ge=1)
+    # The evidence, token by token, from the same pass (empty where the engine reads none: a scripted judge): each
+    # statement token's text and log-probability, and the token the judge expected most there with its own.
+    token_texts: list[str] = Field(default_factory=list)
+    token_logprobs: list[float] = Field(default_factory=list)
+    expected_texts: list[str] = Field(default_factory=list)
+    expected_logprobs: list[float] = Field(default_factory=list)
 
 
 def grammar_of(schema: type[BaseModel]) -> tuple[str, str]:

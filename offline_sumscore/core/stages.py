@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from offline_sumscore.core.schemas import grammar_of
+from offline_sumscore.core.schemas import Likelihood, grammar_of
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,10 @@ class StageResult:
         return self.error is None and self.value is not None
 
     def audit(self) -> dict[str, Any]:
-        """What a user needs to audit this stage: prompt, raw output, tokens, time, error."""
-        return {
+        """What a user needs to audit this stage: prompt, raw output, tokens, time, error; for a likelihood stage,
+        its evidence token by token (each statement token's log-probability, and the token the judge expected most
+        there with its own)."""
+        audit = {
             "prompt": self.prompt,
             "raw_output": self.raw_output,
             "tokens_in": self.tokens_in,
@@ -92,3 +94,12 @@ class StageResult:
             "error_kind": self.error_kind,
             "first_attempt": self.first_attempt,
         }
+        if isinstance(self.value, Likelihood) and self.value.token_logprobs:
+            v = self.value
+            audit["evidence"] = {
+                "tokens": v.token_texts,
+                "logprobs": [round(x, 3) for x in v.token_logprobs],
+                "expected": v.expected_texts,
+                "expected_logprobs": [round(x, 3) for x in v.expected_logprobs],
+            }
+        return audit

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from offline_sumscore.core.errors import InputError, UsageError
 from offline_sumscore.core.samples import UNDECODABLE, BadRow, Sample, checked_sample, content_hash, judged_hash
@@ -100,19 +101,30 @@ def read_rows(
         )
         return
     where = str(path)
-    kind = input_kind(path)
-    if kind in (".csv", ".tsv"):
-        rows = _csv_rows(path, [source_field, summary_field])
-    elif kind == ".parquet":
-        rows = table_rows(path)  # Parquet and save_to_disk directories: rows numbered from 1
-    else:
-        rows = _jsonl_rows(path)
+    rows = _raw_rows(path, [source_field, summary_field])
     # Ids keep their JSON type: 1 and "1" are two ids, and 8.5 comes back as 8.5. A row without an id is known by
     # its line, and its OUTPUT id is null, so no made-up id can equal a real one.
     first_seen: dict[str, int | None] = {}
     fields = (source_field, summary_field, id_field)
     for line, row in rows:
         yield _one_row(line, row, first_seen, where, fields, allow_long_summary)
+
+
+def _raw_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict | InputError]]:
+    """A file's rows as (line, dict), or (line, InputError) for a row that is not one; needed: a CSV's must-have
+    columns."""
+    kind = input_kind(path)
+    if kind in (".csv", ".tsv"):
+        return _csv_rows(path, needed)
+    if kind == ".parquet":
+        return table_rows(path)  # Parquet and save_to_disk directories: rows numbered from 1
+    return _jsonl_rows(path)
+
+
+def read_field(path: str | Path, field: str) -> dict[int, Any]:
+    """One field of every row of a file (not a folder of shards), by line: what read_rows leaves out (a label)."""
+    path = Path(path)
+    return {line: row.get(field) for line, row in _raw_rows(path, [field]) if isinstance(row, dict)}
 
 
 def _one_row(line: int, row, first_seen: dict, where: str, fields: tuple[str, str, str], allow_long_summary: bool):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable, Generator, Iterable, Sequence
 from typing import Any
 
@@ -104,6 +105,12 @@ def require(result: StageResult, stages: dict[str, dict], key: str | None = None
     return result.value
 
 
+def _progress_bar(total: int, metric: str):
+    from tqdm.auto import tqdm  # transformers' own dependency: always installed beside it
+
+    return tqdm(total=total, desc=f"scoring ({metric})", unit="sample", file=sys.stderr)
+
+
 class ScorerBase:
     metric = ""
 
@@ -178,21 +185,29 @@ class ScorerBase:
     def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def score_many(self, items: Iterable[Any], *, on_error: str = "raise") -> list[Any]:
+    def score_many(self, items: Iterable[Any], *, on_error: str = "raise", progress: bool = False) -> list[Any]:
         """Score many samples, batching each stage across all of them.
 
         items: Samples, (source, summary) pairs, or dicts with source, summary (and id, questions).
         on_error: "raise" raises the first JudgeOutputError; "return" puts a FailedRow in its place.
+        progress: a progress bar on stderr, a tick per finished sample (as `sumscore score` shows).
         """
         if on_error not in ("raise", "return"):
             raise UsageError(f"on_error must be 'raise' or 'return'. Given: {on_error}")
         samples = [as_sample(item, i) for i, item in enumerate(items)]
         final: list[Any] = [None] * len(samples)
+        bar = _progress_bar(len(samples), self.metric) if progress else None
 
         def keep(i: int, outcome: Any) -> None:
             final[i] = outcome
+            if bar is not None:
+                bar.update(1)
 
-        self.stream(samples, keep, in_flight=len(samples))
+        try:
+            self.stream(samples, keep, in_flight=len(samples))
+        finally:
+            if bar is not None:
+                bar.close()
         for outcome in final:
             if on_error == "raise" and isinstance(outcome, FailedRow):
                 raise outcome.exception

@@ -316,7 +316,7 @@ class SummarizationScorer(ScorerBase):
         for j in range(len(asked)):
             got = verdict.read(replies.take(verdict.width), stages, f"coverage.{j}")
             entry = {"answered": got["verdict"], "p_answered": got["p"]}
-            entry.update({k: v for k, v in got.items() if k in ("reason", "pmi")})
+            entry.update({k: v for k, v in got.items() if k in ("reason", "pmi", "evidence")})
             if deepeval_q:
                 keys = [f"source_answer.{j}" + (f".{k}" if len(pieces) > 1 else "") for k in range(len(pieces))]
                 answers = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
@@ -331,7 +331,7 @@ class SummarizationScorer(ScorerBase):
         found = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
         best = max(range(n_pieces), key=lambda k: (found[k]["verdict"], found[k]["p"] or 0))
         entry = {"claim": claim, "supported": found[best]["verdict"], "p_supported": found[best]["p"]}
-        entry.update({k: v for k, v in found[best].items() if k in ("reason", "pmi")})
+        entry.update({k: v for k, v in found[best].items() if k in ("reason", "pmi", "evidence")})
         if n_pieces > 1:
             entry["piece"] = best if found[best]["verdict"] else None
             entry["p_by_piece"] = [f["p"] for f in found]  # the claim checked against each piece of the source

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.errors import UsageError
+from offline_sumscore.core.schemas import Likelihood
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import first_prob, require
 
@@ -107,12 +108,34 @@ class VerdictStage:
             base = require(replies[1], stages, f"{key}.baseline")
             pmi = text.mean_logprob - base.mean_logprob
             margin = pmi - self.likelihood_threshold
-            return {"verdict": margin >= 0, "p": 1 / (1 + math.exp(-margin)), "pmi": round(pmi, 6)}
+            out = {"verdict": margin >= 0, "p": 1 / (1 + math.exp(-margin)), "pmi": round(pmi, 6)}
+            evidence = weakest_token(text, base)
+            if evidence is not None:
+                out["evidence"] = evidence
+            return out
         value = require(replies[0], stages, key)
         out = {"verdict": value.verdict, "p": first_prob(replies[0])}
         if value.reason is not None:
             out["reason"] = value.reason
         return out
+
+
+def weakest_token(text: Likelihood, base: Likelihood) -> dict | None:
+    """The statement's token that the text made least likely against the judge's expectation without it (the
+    lowest pointwise mutual information), with the token the judge expected most there given the text: the words
+    behind a likelihood verdict. None where the engine read no tokens (a scripted judge)."""
+    if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
+        return None
+    pmis = [a - b for a, b in zip(text.token_logprobs, base.token_logprobs)]
+    at = min(range(len(pmis)), key=pmis.__getitem__)
+    return {
+        "token": text.token_texts[at],
+        "at": at,
+        "pmi": round(pmis[at], 3),
+        "p": round(math.exp(text.token_logprobs[at]), 4),
+        "expected": text.expected_texts[at],
+        "p_expected": round(math.exp(text.expected_logprobs[at]), 4),
+    }
 
 
 class Replies:

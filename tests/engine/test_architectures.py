@@ -17,7 +17,7 @@ from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.judge import Judge
 from offline_sumscore.engine.local import TransformersEngine
-from tests.conftest import SOURCE, SUMMARY
+from tests.conftest import SOURCE, SUMMARY, embedded_tokenizer, judge_around
 
 pytestmark = pytest.mark.model
 
@@ -70,11 +70,7 @@ def families() -> dict[str, tuple]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from transformers import AutoTokenizer
-
-    from offline_sumscore.engine.judge import models_root
-
-    return AutoTokenizer.from_pretrained(str(models_root() / "SmolLM2-135M-Instruct"), local_files_only=True)
+    return embedded_tokenizer()
 
 
 def tiny_model(family: str, tokenizer, **overrides):
@@ -139,16 +135,7 @@ def reference(model, tokenizer, judge: Judge, reqs: list[StageRequest]) -> tuple
 
 
 def as_judge(model, tokenizer) -> Judge:
-    return Judge(
-        model=model,
-        tokenizer=tokenizer,
-        name="tiny",
-        path="",
-        device="cpu",
-        dtype="float32",
-        identity="tiny",
-        context_length=1024,
-    )
+    return judge_around(tokenizer, model, context_length=1024)
 
 
 @pytest.mark.parametrize("family", list(families()))

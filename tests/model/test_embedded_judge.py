@@ -193,3 +193,43 @@ def test_each_schema_grammar_is_built_once_and_each_row_gets_its_own_matcher(jud
     first, second = engine.grammars.matcher(grammar), engine.grammars.matcher(grammar)
     assert engine.grammars.schemas_built == before + 1 and first is not second
     assert TransformersEngine(judge).grammars is engine.grammars  # a second scorer on this judge shares them
+
+
+def test_likelihood_verdicts_keep_their_evidence_token_by_token(judge):
+    """The pass that gives a likelihood verdict also gives its evidence: each statement token's log-probability with
+    the source and without it, and the token the judge expected most there. On the demo's wrong fact ("Marta Ruiz,
+    27, lost ..." where the source says she is 17 and won), the claim's weakest token is one of the changed ones."""
+    import json
+    import math
+    from importlib import resources
+
+    rows = [json.loads(line) for line in (resources.files("offline_sumscore") / "examples" / "demo.jsonl").open()]
+    wrong = next(r for r in rows if r["id"] == "wrong-fact")
+    result = SummarizationScorer(judge).score(wrong["source"], wrong["summary"])
+    claim, text, base = result.claims[0], result.stages["support.0"]["evidence"], result.stages["support.0.baseline"]
+    n = len(text["tokens"])
+    assert n == len(text["logprobs"]) == len(text["expected"]) == len(base["evidence"]["logprobs"]) > 3
+    assert "".join(text["tokens"]).strip() == wrong["summary"]
+    pmis = [a - b for a, b in zip(text["logprobs"], base["evidence"]["logprobs"])]
+    assert abs(sum(pmis) / n - claim["pmi"]) < 1e-2  # the mean of the same per-token numbers (kept to 1e-3)
+    e = claim["evidence"]
+    assert text["tokens"][e["at"]] == e["token"] and abs(e["pmi"] - min(pmis)) < 1e-2
+    assert e["token"].strip() in {"2", "7", "27", "lost"}, e
+    assert 0 < e["p"] < 1 and 0 < e["p_expected"] <= 1 and math.isfinite(e["pmi"])
+
+
+def test_calibrate_on_the_real_judge_picks_a_threshold_between_its_rows(judge, tmp_path):
+    """The demo's rows labelled by hand: the faithful and the thin summary are consistent, the wrong fact is not."""
+    import json
+    from importlib import resources
+
+    from offline_sumscore.runs.calibrate import calibrate_file
+
+    rows = [json.loads(line) for line in (resources.files("offline_sumscore") / "examples" / "demo.jsonl").open()]
+    labelled = tmp_path / "labelled.jsonl"
+    labels = {"faithful": "consistent", "wrong-fact": "inconsistent", "thin": "consistent"}
+    labelled.write_text("".join(json.dumps(dict(r, label=labels[r["id"]])) + "\n" for r in rows if r["id"] in labels))
+    run = calibrate_file(labelled, model=judge, resamples=200)
+    c = run.calibration
+    assert c.rows == 3 and c.consistent == 2 and run.judge["identity"] == judge.identity and run.failed == 0
+    assert -20 < c.threshold < 20 and 0.5 <= c.balanced_accuracy <= 1.0

@@ -343,21 +343,10 @@ def test_bad_row_objects_keep_their_own_resume_key(tmp_path):
 def test_a_300_kb_source_goes_in_pieces_sized_by_the_real_tokenizer_and_finishes(tmp_path):
     """Issue 12's 300 KB source: the stages answer from a scripted judge; the pieces are sized with the embedded
     judge's real tokenizer and its 8,192-token context, as the engine sizes them."""
-    from transformers import AutoTokenizer
+    from tests.conftest import embedded_tokenizer, judge_around
 
-    from offline_sumscore.engine.judge import Judge, models_root
-
-    tokenizer = AutoTokenizer.from_pretrained(str(models_root() / "SmolLM2-135M-Instruct"), local_files_only=True)
-    judge = Judge(
-        model=None,
-        tokenizer=tokenizer,
-        name="t",
-        path="",
-        device="cpu",
-        dtype="float32",
-        identity="t",
-        context_length=8192,
-    )
+    tokenizer = embedded_tokenizer()
+    judge = judge_around(tokenizer)
 
     class TokenizerSized(ScriptedEngine):
         def spare_tokens(self, request):

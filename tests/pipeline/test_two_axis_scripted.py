@@ -323,3 +323,33 @@ def test_rescoring_a_saved_row_reproduces_its_score(scripted):
     again = two_axis_score(row["claims"], row["questions"], row["coverage_verdicts"])
     assert (again.score, again.alignment, again.coverage) == (row["score"], row["alignment"], row["coverage"])
     assert two_axis_score(row["claims"], row["questions"], row["coverage_verdicts"], scale=100).score == 50.0
+
+
+def test_a_likelihood_verdict_names_its_weakest_token_with_what_the_judge_expected_there():
+    """Pure reading, no model: per-token PMI is the text's log-probability minus the baseline's, token by token."""
+    from offline_sumscore.core.schemas import Likelihood
+    from offline_sumscore.scorers.two_axis_stages import weakest_token
+
+    text = Likelihood(
+        mean_logprob=-1.0,
+        tokens=3,
+        token_texts=["Marta", " lost", " it"],
+        token_logprobs=[-0.1, -5.7, -0.2],
+        expected_texts=["Marta", " won", " it"],
+        expected_logprobs=[-0.05, -0.02, -0.1],
+    )
+    base = Likelihood(mean_logprob=-3.0, tokens=3, token_logprobs=[-6.0, -4.0, -1.0])
+    e = weakest_token(text, base)
+    assert e["token"] == " lost" and e["at"] == 1 and e["pmi"] == -1.7 and e["expected"] == " won"
+    assert e["p_expected"] == 0.9802 and weakest_token(text, Likelihood(mean_logprob=-1, tokens=3)) is None
+
+
+def test_score_many_shows_a_progress_bar_when_asked(scripted, capsys):
+    enqueue_two_axis(scripted, times=3)
+    scorer = SummarizationScorer(engine=scripted, claims="atomic", coverage="questions", verdicts="yes-no")
+    scorer.score_many([(SOURCE, SUMMARY)] * 3, progress=True)
+    err = capsys.readouterr().err
+    assert "scoring (two-axis)" in err and "3/3" in err
+    enqueue_two_axis(scripted, times=1)
+    scorer.score_many([(SOURCE, SUMMARY)])
+    assert capsys.readouterr().err == ""  # silent unless asked

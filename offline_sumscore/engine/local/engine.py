@@ -239,7 +239,7 @@ class TransformersEngine(Engine):
         if res.error is not None:
             return res
         if likelihood:
-            res.value = Likelihood(mean_logprob=row.logprob_sum / row.logprob_count, tokens=row.logprob_count)
+            res.value = self._likelihood(row)
             return res
         from pydantic import ValidationError
 
@@ -249,6 +249,17 @@ class TransformersEngine(Engine):
             res.error_kind = Failure.SCHEMA
             res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
         return res
+
+    def _likelihood(self, row: Row) -> Likelihood:
+        texts = self.grammars.token_texts
+        return Likelihood(
+            mean_logprob=sum(row.logprobs) / len(row.logprobs),
+            tokens=len(row.logprobs),
+            token_texts=[texts[t] for t in row.prompt_ids[row.score_from :]],
+            token_logprobs=row.logprobs,
+            expected_texts=[texts[t] if t < len(texts) else "" for t, _ in row.expected],
+            expected_logprobs=[lp for _, lp in row.expected],
+        )
 
 
 class Twins:

@@ -75,14 +75,15 @@ class LikelihoodPath:
         hidden, offsets = self.passes.run(slots, rests, [start] * len(rows), kind="likelihood")
         self.stats.prefill_tokens += sum(len(rest) for rest in rests)
         for row in rows:
-            row.started, row.computed, row.logprob_sum, row.logprob_count = now, start, 0.0, 0
+            row.started, row.computed, row.logprobs, row.expected = now, start, [], []
         self.read(rows, [len(rest) for rest in rests], hidden, offsets)
         for row in rows:
             row.done = True
 
     def read(self, rows: list[Row], fed: list[int], hidden, offsets) -> None:
-        """Add the log-probability of every continuation token fed in this pass, read at the position before it.
-        The vocabulary projection runs only at those positions, READ_AT_ONCE at a time."""
+        """The log-probability of every continuation token fed in this pass, read at the position before it, and the
+        token the judge expected most there with its log-probability (the evidence behind a verdict). The vocabulary
+        projection runs only at those positions, READ_AT_ONCE at a time, and comes back in one transfer each."""
         wanted = []  # (row, its token's place in this pass's hidden states, the token it predicts)
         for row, n, first in zip(rows, fed, offsets):
             for j in range(n):
@@ -93,11 +94,13 @@ class LikelihoodPath:
             part = wanted[at : at + READ_AT_ONCE]
             logits = self.passes.logits(hidden, [w[1] for w in part], self.vocab_size)
             targets = to_device(torch.tensor([w[2] for w in part], dtype=torch.long), logits.device)
-            logp = (logits.gather(1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)).tolist()
-            for (row, _, _), value in zip(part, logp):
-                row.logprob_sum += value
-                row.logprob_count += 1
+            norm = torch.logsumexp(logits, dim=-1)
+            top, top_id = logits.max(dim=-1)
+            back = torch.stack([logits.gather(1, targets[:, None])[:, 0] - norm, top_id.float(), top - norm], 1)
+            for (row, _, _), (value, expected, expected_logp) in zip(part, back.tolist()):
+                row.logprobs.append(value)
+                row.expected.append((int(expected), expected_logp))
         for row in rows:
-            if row.logprob_sum != row.logprob_sum and not row.done:
+            if any(v != v for v in row.logprobs) and not row.done:
                 self.stats.nan_rows += 1
                 row.fail(Failure.MODEL, "the judge's log-probabilities were NaN (a poisoned forward pass)")

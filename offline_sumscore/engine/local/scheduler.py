@@ -36,8 +36,8 @@ class Row:
     decoded: int = 0  # of out: picked from the judge's distribution
     forced: int = 0  # of out: fixed by the grammar
     choice_probs: list[float] = field(default_factory=list)
-    logprob_sum: float = 0.0  # likelihood rows: summed log-probabilities of the continuation's tokens so far
-    logprob_count: int = 0
+    logprobs: list[float] = field(default_factory=list)  # likelihood rows: each continuation token's, in order
+    expected: list[tuple[int, float]] = field(default_factory=list)  # and the most expected token there, its own
     context: Any = None  # drafts.NgramIndex of prompt_ids + out, built when the row first drafts
     slot: int | None = None  # its KV slot in the running batch
     admitted: int = 0  # its place in the order of admission
