@@ -34,7 +34,7 @@ def reference(judge):
 def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(judge, reference, monkeypatch):
     blind, calls = [], []
 
-    def nan_on_blind_rows(query, key, value, mask, scaling, group):
+    def nan_on_blind_rows(query, key, value, mask, scaling, group, softcap=None):
         """The engine's attention call, except that a query row whose mask allows no key gets NaN, as CUDA's
         kernels can give."""
         rows, heads, queries, dim = query.shape
