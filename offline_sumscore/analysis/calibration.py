@@ -87,3 +87,13 @@ def one_sided(verdicts: Sequence[bool]) -> str | None:
         f"{max(share, 1 - share):.0%} of {len(verdicts)} claims are {side}: the likelihood threshold does not fit this "
         "text; run `sumscore calibrate` on a few rows labelled consistent or not, and score with its --calibration"
     )
+
+
+def likelihood_rows(rows: Sequence[dict]) -> list[dict]:
+    """The scored OUTPUT rows whose verdicts were read by likelihood (the design the threshold belongs to)."""
+    return [r for r in rows if not r.get("error") and (r.get("settings") or {}).get("design.verdicts") == "likelihood"]
+
+
+def one_sided_run(rows: Sequence[dict]) -> str | None:
+    """one_sided over the claims of a run's likelihood rows."""
+    return one_sided([c.get("supported") for r in likelihood_rows(rows) for c in r.get("claims") or []])

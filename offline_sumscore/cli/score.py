@@ -262,10 +262,10 @@ def _calibration(path: str | None, opts: dict) -> dict | None:
 def _warn_about_verdicts(rows: list[dict], calibrated: dict | None) -> None:
     """Once per run: verdicts all on one side (the threshold does not fit the text), or a calibration made on
     another judge than the one that scored."""
-    from offline_sumscore.analysis.calibration import one_sided
+    from offline_sumscore.analysis.calibration import likelihood_rows, one_sided_run
 
-    likelihood = [r for r in rows if (r.get("settings") or {}).get("design.verdicts") == "likelihood"]
-    said = one_sided([c["supported"] for r in likelihood for c in r.get("claims") or []])
+    likelihood = likelihood_rows(rows)
+    said = one_sided_run(rows)
     if said:
         click.echo(f"warning: {said}", err=True)
     identities = {(r.get("judge") or {}).get("identity") for r in likelihood}

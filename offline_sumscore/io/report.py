@@ -13,7 +13,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 
-from offline_sumscore.analysis.calibration import one_sided
+from offline_sumscore.analysis.calibration import one_sided_run
 from offline_sumscore.analysis.comparison import left_out, verdict_label
 
 W, H, PAD = 420, 260, 40  # plot size and margin, in SVG user units
@@ -143,8 +143,7 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
     settings = next((r.get("settings") for r in ok if r.get("settings")), {})
     scale = float(settings.get("scale", 1) or 1)
     scores = [r["score"] / scale for r in ok]
-    likelihood = [r for r in ok if (r.get("settings") or {}).get("design.verdicts") == "likelihood"]
-    warning = one_sided([c.get("supported") for r in likelihood for c in r.get("claims") or []])
+    warning = one_sided_run(ok)
     sections = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p class=bad id=one-sided>Warning: {html.escape(warning)}</p>" if warning else "",

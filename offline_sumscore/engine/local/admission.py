@@ -128,7 +128,7 @@ class Admission:
         lead, others = unit.rows[0], unit.rows[1:]
         whole = n == len(unit.prefix)
         for row in unit.rows:
-            row.computed = len(unit.prefix) if (row is not lead and whole) else n
+            row.computed = n  # copied into its slot (the lead's) or into all (a whole prefix); the rest is fed
             self.stats.prefill_tokens += len(row.prompt_ids) - (n if row is lead or not others else len(unit.prefix))
             row.started = now
             self.sampler.start(row)
