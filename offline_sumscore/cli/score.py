@@ -191,10 +191,12 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 @click.option(
     "--engine",
     "engine_kind",
-    type=click.Choice(["local", "ray"]),
+    type=click.Choice(["local", "vllm", "ray"]),
     default="local",
     show_default=True,
-    help="ray: a pool of Ray actors, one loaded judge each (pip install 'offline-sumscore[ray]').",
+    help="local: our engine. vllm: vLLM's engine in this process, for a GPU that runs vLLM (pip install "
+    "'offline-sumscore[vllm]'). ray: a pool of Ray actors, one loaded judge each (pip install "
+    "'offline-sumscore[ray]').",
 )
 @click.option(
     "--ray-address",
@@ -317,6 +319,12 @@ def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, t
             concurrency=taken["judge_concurrency"],
             timeout=taken["judge_timeout"],
         )
+    if taken["engine_kind"] == "vllm":
+        if engine is not None:
+            raise click.UsageError("--engine vllm runs the judge here; --judge-url asks a server: give one of them")
+        from offline_sumscore.engine.build import vllm_engine
+
+        engine = vllm_engine(opts.get("model"), dtype=opts.get("dtype") or "auto")
     ray = None
     if taken["engine_kind"] == "ray":
         ray = RayPool(
@@ -377,4 +385,8 @@ def _say_how_it_went(metric: str, run, cache, *, on_ray: bool) -> None:
             + ", ".join(f"{cause} {n}" for cause, n in causes)
             + ")"
         )
+        from offline_sumscore.runs.bulk import redo_on_resume
+
+        if any(redo_on_resume(r) for r in failed):
+            click.echo("rows the judge's engine or server failed (cause ...:model) are scored again by --resume")
         sys.exit(EXIT_ROWS_FAILED)

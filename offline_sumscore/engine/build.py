@@ -1,5 +1,5 @@
-"""The one place an engine is chosen and made: the local engine on a loaded (or loadable) judge, or a judge served
-on this machine behind an OpenAI-compatible URL."""
+"""The one place an engine is chosen and made: the local engine on a loaded (or loadable) judge, vLLM's engine on a
+judge it loads itself, or a judge served on this machine behind an OpenAI-compatible URL."""
 
 from __future__ import annotations
 
@@ -34,3 +34,20 @@ def served_engine(url: str, model: str | None, *, concurrency: int = 4, timeout:
     if not model:
         raise UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
     return ServedEngine(url, model, concurrency=concurrency, timeout=timeout)
+
+
+def vllm_engine(model: Any = None, *, dtype: str = "auto", enforce_eager: bool | None = None) -> Engine:
+    """VLLMEngine on model (a model directory or preset; None: the embedded judge): vLLM loads the weights itself.
+    On a CPU it runs eagerly unless told otherwise: vLLM's compile of a model takes minutes on a few cores, once per
+    model (cached), and a judge is usually loaded for one run."""
+    import importlib.util
+
+    from offline_sumscore.engine.vllm_engine import NOT_INSTALLED, VLLMEngine
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UsageError(NOT_INSTALLED)
+    if enforce_eager is None:
+        import torch
+
+        enforce_eager = None if torch.cuda.is_available() else True
+    return VLLMEngine(model, dtype=dtype, enforce_eager=enforce_eager)

@@ -370,3 +370,36 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
         # The embedded weights however named: by default, by preset or by their .gguf path.
         embedded=path.name in (EMBEDDED_NAME, EMBEDDED_GGUF),
     )
+
+
+def judge_without_weights(model: str | os.PathLike | None = None) -> Judge:
+    """The judge as an engine that loads its own weights (vLLM) needs it: path, tokenizer, chat template, identity
+    and context, checked as load_judge checks them; model is None (the engine holds the weights)."""
+    _force_offline()
+    path = resolve_model_path(model)
+    from transformers import AutoConfig, AutoTokenizer
+
+    if path.is_file():
+        return Judge(None, None, path.name, str(path), "", "", "", 0)  # the engine refuses a file, in its words
+    refuse_unsupported(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        config = AutoConfig.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path} could not be read as a model directory: {str(exc).splitlines()[0]}") from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"{path} has no chat template (tokenizer_config.json: chat_template); pass an instruct model"
+        )
+    text = getattr(config, "text_config", None) or config
+    return Judge(
+        model=None,
+        tokenizer=tokenizer,
+        name=EMBEDDED_NAME if model is None else path.name,
+        path=str(path),
+        device="",
+        dtype="",
+        identity=_identity(path, config.to_dict()),
+        context_length=int(getattr(text, "max_position_embeddings", 0) or 2048),
+        embedded=path.name in (EMBEDDED_NAME, EMBEDDED_GGUF),
+    )

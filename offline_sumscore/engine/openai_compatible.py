@@ -8,15 +8,18 @@ fallback: the schema is written into the prompt and every output is validated, s
 with its raw text, never a score. `describe()` says which mode produced the verdicts, and every row stores it.
 
 Requests run concurrently (a thread pool of `concurrency`), each with a timeout; connection errors and 5xx replies
-are retried with exponential backoff. Soft scores (P(yes)) are not read from a served judge.
-Yes/No verdicts (schemas.YesNoVerdict) are asked as plain text, without response_format, and the reply's first word
-must be yes or no. Likelihood verdicts need the judge's token probabilities, which a chat API does not give: such a
-request fails loudly, and the scorer's verdicts="yes-no" is the way to use a served judge.
+are retried with exponential backoff. Yes/No verdicts (schemas.YesNoVerdict) are asked as plain text, with the
+answer's grammar in vLLM's `structured_outputs` field (a server that does not know it ignores it or refuses it: then
+it is dropped, loudly), and the reply's first word must be yes or no. Where a verdict is decided, the request asks
+for `top_logprobs`, and P(yes) is read from them as our engine reads it (choice_logprobs.py); a server that gives
+none leaves P(yes) unread. Likelihood verdicts need the log-probabilities of a given text, which a chat API does not
+give: such a request fails loudly, and the scorer's verdicts="yes-no" is the way to use a served judge.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 import time
@@ -29,8 +32,12 @@ from offline_sumscore.core.errors import Failure, UsageError, check_count
 from offline_sumscore.core.schemas import TextOutput, max_json_chars, parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import Engine
+from offline_sumscore.engine.choice_logprobs import choice_probs
+from offline_sumscore.engine.grammar import COMPACT_JSON
 
 SCHEMA_MODE = "server json_schema (response_format)"
+TEXT_MODE = "plain text, parsed here"
+CHOICE_LOGPROBS = 20  # top log-probabilities asked for where a verdict is decided (vLLM's cap by default)
 PROMPT_MODE = "schema in the prompt, output validated here"
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 _VERDICT_WORD = re.compile(r"\s*(yes|no)\b[.!,:;]?\s*", re.IGNORECASE)
@@ -68,6 +75,10 @@ class ServedEngine(Engine):
         self.mode_reason = "the server is asked for JSON-schema output; every reply is validated"
         self._lock = threading.Lock()
         self.requests_sent = 0
+        # Fields only some servers know, asked for until the server refuses one: vLLM's grammar for Yes/No
+        # answers, and the top log-probabilities that give P(yes).
+        self.extensions = ["structured_outputs", "logprobs"]
+        self.dropped: dict[str, str] = {}
 
     def describe(self) -> dict:
         return {
@@ -77,6 +88,11 @@ class ServedEngine(Engine):
             "timeout_s": self.timeout,
             "structured_output": self.mode,
             "structured_output_why": self.mode_reason,
+            "yes_no_grammar": "server-enforced (structured_outputs)"
+            if "structured_outputs" in self.extensions
+            else ("plain text, parsed here"),
+            "p_yes": "read from top_logprobs" if "logprobs" in self.extensions else "not read",
+            "refused_fields": dict(self.dropped),
             "judge": {
                 "name": self.model,
                 "identity": f"served:{self.url}:{self.model}",
@@ -109,13 +125,31 @@ class ServedEngine(Engine):
                 request=request, value=None, raw_output="", error=NO_LIKELIHOODS, error_kind=Failure.MODEL
             )
         if issubclass(request.schema, TextOutput):
-            return self._ask(request, "plain text, parsed here", started)
+            result = self._ask(request, TEXT_MODE, started)
+            if result.error_kind == Failure.REJECTED and self._drop("structured_outputs", result):
+                result = self._ask(request, TEXT_MODE, started)
+            return result
         mode = self.mode
         result = self._ask(request, mode, started)
         if mode == SCHEMA_MODE and result.error_kind in (Failure.SCHEMA, Failure.REJECTED):
             self._fall_back(result)
             result = self._ask(request, PROMPT_MODE, started)
         return result
+
+    def _drop(self, field: str, result: StageResult, why: str | None = None) -> bool:
+        """The server refused one of the fields only some servers know (vLLM's grammar field, logprobs): ask
+        without it from now on, once and loudly. False where it was dropped already."""
+        import sys
+
+        with self._lock:
+            if field not in self.extensions:
+                return False
+            self.extensions.remove(field)
+            self.dropped[field] = why or result.error or ""
+        print(
+            f"offline_sumscore: {self.url} refused {field}; asking without it: {self.dropped[field]}", file=sys.stderr
+        )
+        return True
 
     def _fall_back(self, result: StageResult) -> None:
         with self._lock:
@@ -133,12 +167,20 @@ class ServedEngine(Engine):
         schema = json.loads(request.schema_json)
         messages = [dict(m) for m in request.messages]
         body = {"model": self.model, "messages": messages, "temperature": 0, "max_tokens": self._cap(request)}
+        if request.verdict_choice and "logprobs" in self.extensions:
+            body["logprobs"], body["top_logprobs"] = True, CHOICE_LOGPROBS  # P(yes), read as our engine reads it
         if issubclass(request.schema, TextOutput):
-            pass  # the prompt asks for the plain answer; the reply is parsed below
+            # The prompt asks for the plain answer; vLLM's extension field enforces the answer's grammar, and any
+            # reply is parsed below.
+            if "structured_outputs" in self.extensions:
+                body["structured_outputs"] = {"grammar": request.grammar[1]}
         elif mode == SCHEMA_MODE:
+            # "x-guidance" fixes the JSON layout as our engine's grammar does, where the server's grammar engine is
+            # llguidance (vLLM's guidance backend); a JSON Schema keyword the others ignore (xgrammar does).
+            laid_out = dict(schema, **{"x-guidance": COMPACT_JSON})
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": request.stage, "schema": schema, "strict": True},
+                "json_schema": {"name": request.stage, "schema": laid_out, "strict": True},
             }
         else:
             messages[-1]["content"] += (
@@ -150,7 +192,10 @@ class ServedEngine(Engine):
         try:
             reply = self._post(body)
         except ServerError as exc:
-            rejected = exc.status == 400 and "response_format" in str(exc) and mode == SCHEMA_MODE
+            named = [f for f in ("response_format", *self.extensions) if f in str(exc)]
+            rejected = exc.status == 400 and bool(named) and (mode == SCHEMA_MODE or named != ["response_format"])
+            if rejected and "logprobs" in named and self._drop("logprobs", result, str(exc)):
+                return self._ask(request, mode, started)
             result.error_kind, result.error = (Failure.REJECTED if rejected else Failure.MODEL), str(exc)
             result.seconds = time.perf_counter() - started
             return result
@@ -160,6 +205,10 @@ class ServedEngine(Engine):
         result.raw_output, result.seconds = text, time.perf_counter() - started
         result.tokens_in, result.tokens_out = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         result.decoded_tokens = result.tokens_out
+        if request.verdict_choice and (choice.get("logprobs") or {}).get("content"):
+            result.choice_probs = choice_probs(
+                _steps(choice["logprobs"]["content"]), request.verdict_choice, CHOICE_LOGPROBS
+            )
         try:
             if issubclass(request.schema, TextOutput):
                 word = _VERDICT_WORD.match(text)
@@ -206,3 +255,14 @@ class ServedEngine(Engine):
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+
+def _steps(content: list[dict]) -> list[tuple[str, list[tuple[str, float]]]]:
+    """A chat completion's logprobs.content as (picked token, its top (token, log-probability) pairs) per step."""
+    return [
+        (
+            c.get("token", ""),
+            [(t.get("token", ""), float(t.get("logprob", -math.inf))) for t in c.get("top_logprobs") or []],
+        )
+        for c in content
+    ]

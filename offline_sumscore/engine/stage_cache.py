@@ -1,9 +1,10 @@
 """The stage cache: every successful stage output, in SQLite, keyed by what determines it.
 
-Key: the judge's identity (a hash of its weights' metadata and config) and dtype, PROMPT_VERSION, and the request's
-own key (StageRequest.key: its messages, schema, token cap, verdict choice and continuation). Not the sample id nor
-the stage: the same source scored with two summaries asks the same "questions" request, so the second summary is
-judged on the first one's questions (fairer, and free). A re-run with the same judge recomputes nothing.
+Key: the judge's identity (a hash of its weights' metadata and config) and dtype, its runtime where another engine
+than ours ran it (vLLM), PROMPT_VERSION, and the request's own key (StageRequest.key: its messages, schema, token
+cap, verdict choice and continuation). Not the sample id nor the stage: the same source scored with two summaries
+asks the same "questions" request, so the second summary is judged on the first one's questions (fairer, and
+free). A re-run with the same judge recomputes nothing.
 
 Failed stages are never stored, so a re-run tries them again. Several processes may share one file: SQLite in WAL
 mode, a long busy timeout, and INSERT OR IGNORE (greedy decoding makes any two writers' values the same).
@@ -51,6 +52,8 @@ class StageCache:
     @staticmethod
     def key(judge: dict, request: StageRequest) -> str:
         material = [CACHE_FORMAT, judge.get("identity"), judge.get("dtype"), PROMPT_VERSION, request.key]
+        if judge.get("runtime"):  # another runtime's answers (vLLM's) differ in the last digits: kept apart
+            material.append(judge["runtime"])
         return hashlib.sha256(
             json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
         ).hexdigest()

@@ -13,7 +13,9 @@ atomically (a temporary file, fsync, rename). A pool of workers (offline_sumscor
 instead, yielding them in any order.
 
 A row is matched to OUTPUT by its key ("id:<id>", or "line:<n>" when the row names no id) and the hash of its
-content; a key whose content changed is an error, never silently reused.
+content; a key whose content changed is an error, never silently reused. A row that failed because the judge's
+engine or server failed (cause "<stage>:model": a server stopped mid-run, a device error) is not done: a resumed
+run scores it again. Other failures (an output that does not validate, bad input) would fail again, and are kept.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offline_sumscore.core.durable import replace_file
-from offline_sumscore.core.errors import InputError, UsageError, check_count
+from offline_sumscore.core.errors import Failure, InputError, UsageError, check_count
 from offline_sumscore.core.results import FailedRow
 from offline_sumscore.core.samples import BadRow, Sample, checked_sample, source_hash
 
@@ -269,8 +271,15 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
             raise UsageError(
                 f"{path} was written with other settings ({what}); resume with the same options, or use a new -o"
             )
+        if redo_on_resume(row):
+            continue
         done[row["row_key"]] = row  # a chunk redone after a torn write: the later copy wins
     return done
+
+
+def redo_on_resume(row: dict) -> bool:
+    """A row the judge's engine or server failed (not the row itself): --resume scores it again."""
+    return str((row.get("error") or {}).get("cause", "")).endswith(":" + Failure.MODEL)
 
 
 def _rewrite(path: Path, rows: list[dict]) -> None:

@@ -1,0 +1,45 @@
+"""P(yes) from the log-probabilities an engine outside this process returns: vLLM in this process, or a server's
+chat-completion `top_logprobs`. Read as our engine reads it off the full distribution (local/sampling.py): at the
+step whose picked token is a yes or a no token, where every allowed token is a yes, a no or whitespace, and both a
+yes and a no are allowed, P(yes) is the yes tokens' mass over the yes and no tokens' mass.
+
+Only allowed tokens carry a finite log-probability there (the grammar's mask is applied before they are read; a
+server writes the masked ones as a large negative number), and only the top `read` are returned: a step with `read`
+or more allowed tokens cannot be shown to be a closed choice, and is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+MASKED = -1e3  # at or below: a token the grammar did not allow (vLLM's server writes -inf as -9999.0)
+
+
+def kind_of(text: str, choice: tuple[str, str]) -> str | None:
+    """'yes', 'no', 'neutral' (whitespace only) or None, for a token's text (quotes and spaces stripped)."""
+    stripped = text.lstrip(' "')
+    if stripped.startswith(choice[0]):
+        return "yes"
+    if stripped.startswith(choice[1]):
+        return "no"
+    return "neutral" if text.strip() == "" and text != "" else None
+
+
+def choice_probs(
+    steps: Iterable[tuple[str, list[tuple[str, float]]]], choice: tuple[str, str], read: int
+) -> list[float]:
+    """steps: per decoded token, its text and the top `read` (text, log-probability) pairs at that step."""
+    probs = []
+    for picked, top in steps:
+        if kind_of(picked, choice) not in ("yes", "no"):
+            continue
+        allowed = [(text, lp) for text, lp in top if lp > MASKED]
+        kinds = [kind_of(text, choice) for text, _ in allowed]
+        if len(allowed) >= read or None in kinds:
+            continue
+        yes = sum(math.exp(lp) for (_, lp), k in zip(allowed, kinds) if k == "yes")
+        no = sum(math.exp(lp) for (_, lp), k in zip(allowed, kinds) if k == "no")
+        if yes > 0 and no > 0:
+            probs.append(yes / (yes + no))
+    return probs
