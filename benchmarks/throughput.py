@@ -24,9 +24,14 @@ cannot write):
   7b the full engine without reasons (include_reason=False): what a bulk run that needs only scores costs
   8  the embedded judge's own design (sentences, key sentences, likelihood verdicts) on the full engine: nothing
      decoded at all. Another workload, as 7b is: its verdicts are not comparable with rung 0's.
-Two workloads: "standard" (one summary per source, as the ladder always ran) and "shared" (several summaries of each
+  V  vLLM (its CPU build, from .venv-vllm) on rung 7's workload; V8 on rung 8's: the peer, in the same process and
+     run, started and warmed before the ladder (start-up reported apart). "flips vs ours": its verdicts against our
+     full engine's on the same design.
+Three workloads: "standard" (one summary per source, as the ladder always ran), "shared" (several summaries of each
 source, as evaluation data comes: SummEval has 12 systems per document), each rung's ratios against rung 0 of the
-same workload. Prefill tokens per sample are counted for every rung (a source reused from the store counts zero).
+same workload, and "bulk" (--bulk samples, 100 by default, every document's first summary, then its second: where
+steady state dominates; our full engine and vLLM only). Run with .venv-vllm/bin/python for the vLLM rungs.
+Prefill tokens per sample are counted for every rung (a source reused from the store counts zero).
 
 Per rung: samples/s, questions/s, prefill/forced/decoded tokens per second, the ratio to rung 0 and to the
 previous rung, the verdict flip rate against rung 0, and the rung's time as a percentage of the workload's physical
@@ -395,11 +400,18 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
     ap.add_argument(
         "--rungs",
-        default="7,0,1,2,3,4,5,6,7a,7b,8",
+        default="7,0,1,2,3,4,5,6,7a,7b,8,V,V8",
         help="in the order run: the full engine first, so a run cut short still has it",
     )
     ap.add_argument(
-        "--shared-rungs", default="0,1,5,6,7a,7", help="rungs run on the shared-source workload ('' for none)"
+        "--shared-rungs", default="0,1,5,6,7a,7,V", help="rungs run on the shared-source workload ('' for none)"
+    )
+    ap.add_argument("--bulk", type=int, default=100, help="samples in the bulk workload (0: none)")
+    ap.add_argument("--bulk-rungs", default="7,V", help="rungs run on the bulk workload")
+    ap.add_argument(
+        "--vllm-eager",
+        action="store_true",
+        help="vLLM without its compile (enforce_eager); default: compiled, its compile cache warmed before timing",
     )
     ap.add_argument("--samples", type=int, default=None)
     ap.add_argument("--questions", type=int, default=None)
@@ -460,7 +472,8 @@ def main() -> None:
         cfg,
         with_outlines=bool({"0", "1"} & set(args.rungs.split(",") + args.shared_rungs.split(","))),
     )
-    ladder = ladder_rungs(judge, caps, cfg)
+    peer = start_vllm(args, inputs, caps, cfg)
+    ladder = ladder_rungs(judge, caps, cfg, peer)
     workloads = {
         "standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
         "shared": (
@@ -468,7 +481,19 @@ def main() -> None:
             cfg["shared_reference_samples"],
             [r for r in args.shared_rungs.split(",") if r],
         ),
+        "bulk": (
+            bulk_inputs(args.data, args.bulk, cfg["source_chars"]),
+            0,
+            [r for r in args.bulk_rungs.split(",") if r],
+        ),
     }
+    if not args.bulk:
+        del workloads["bulk"]
+    if peer is None:  # vLLM not importable here: its rungs are left out, and the report says so
+        workloads = {
+            w: (items, ref, [r for r in rungs if not r.startswith("V")]) for w, (items, ref, rungs) in workloads.items()
+        }
+    args.peer = peer
     markdown, report = run_ladder(args, cfg, judge, peaks, inputs, ladder, workloads)
     print(markdown)
     print(json.dumps(report))
@@ -488,8 +513,8 @@ def warm_up(judge, inputs: list[dict], caps: dict, cfg: dict, *, with_outlines: 
             )
 
 
-def ladder_rungs(judge, caps: dict, cfg: dict) -> dict:
-    """Each rung: its label, how its engine is made, the scorer's options."""
+def ladder_rungs(judge, caps: dict, cfg: dict, peer=None) -> dict:
+    """Each rung: its label, how its engine is made, the scorer's options. peer: the started vLLM engine, or None."""
     # Rungs 2 to 7a: the engine without drafts, each adding its feature; rung 7 adds drafts (the default).
     full = EngineFeatures()
     wave = full.without("continuous", "prefix_store", "drafts")  # rungs 2 to 5: the engine before the stream
@@ -522,7 +547,43 @@ def ladder_rungs(judge, caps: dict, cfg: dict) -> dict:
             dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood"),
         ),
     }
+    if peer is not None:
+        from offline_sumscore.engine.vllm_engine import fresh_stats
+
+        def vllm():
+            peer.engine.stats = fresh_stats()
+            return peer.engine
+
+        ladder["V"] = (f"vLLM {peer.engine.version} (CPU build), the rung 7 workload", vllm, caps)
+        ladder["V8"] = (f"vLLM {peer.engine.version}, the embedded design (rung 8's)", vllm, ladder["8"][2])
     return ladder
+
+
+class Peer:
+    """The vLLM engine, started once before the ladder: its start-up (load, compile, first grammars) timed apart."""
+
+    def __init__(self, engine, startup_s: float, warm_s: float):
+        self.engine, self.startup_s, self.warm_s = engine, startup_s, warm_s
+
+
+def start_vllm(args, inputs: list[dict], caps: dict, cfg: dict):
+    """vLLM's engine on the same judge, float32, prefix caching on, warmed on one sample of each design; None where
+    vLLM is not importable in this environment (make vllm-env, then run the ladder with .venv-vllm/bin/python)."""
+    import importlib.util
+
+    wanted = any(r.startswith("V") for r in f"{args.rungs},{args.shared_rungs},{args.bulk_rungs}".split(","))
+    if not wanted or importlib.util.find_spec("vllm") is None or args.config != "cpu":
+        return None
+    from offline_sumscore.engine.vllm_engine import VLLMEngine
+
+    started = time.perf_counter()
+    engine = VLLMEngine(args.model, dtype="float32", enforce_eager=args.vllm_eager)
+    startup = time.perf_counter() - started
+    started = time.perf_counter()
+    SummarizationScorer(engine=engine, **caps).score_many(inputs[:1], on_error="return")
+    design = dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood")
+    SummarizationScorer(engine=engine, **design).score_many(inputs[:1], on_error="return")
+    return Peer(engine, startup, time.perf_counter() - started)
 
 
 def run_ladder(args, cfg, judge, peaks, inputs, ladder: dict, workloads: dict) -> tuple[str, dict]:
@@ -578,8 +639,14 @@ def run_ladder(args, cfg, judge, peaks, inputs, ladder: dict, workloads: dict) -
 
 def measure(engine, workload: str, rung: str, label: str, batch: list, results: list) -> dict:
     """A rung's row: what it ran and counted (the same in every run of it); timed() adds the rates."""
+    cached = None
     if isinstance(engine, OutlinesEngine):
         prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
+        stored = drafted = kept = 0
+    elif isinstance(engine.stats, dict):  # vLLM: prompt tokens its prefix cache served are not computed
+        s = engine.stats
+        cached = s["cached_prompt_tokens"]
+        prefill, forced, decoded, passes = s["prompt_tokens"] - cached, 0, s["decoded_tokens"], s["steps"]
         stored = drafted = kept = 0
     else:
         s = engine.stats
@@ -601,7 +668,8 @@ def measure(engine, workload: str, rung: str, label: str, batch: list, results: 
         "prefill_per_sample": prefill / len(batch),
         "failed_rows": sum(1 for r in results if getattr(r, "error", None)),
         "nan_values": nan_count(results),
-        "nan_rows": engine.stats.nan_rows if hasattr(engine, "stats") else 0,
+        "nan_rows": getattr(getattr(engine, "stats", None), "nan_rows", 0),
+        "cached_prompt_tokens": cached,
     }
 
 
@@ -640,19 +708,22 @@ def nan_count(results) -> int:
 def derive(cfg, judge, peaks, rows, outputs, ladder_order) -> tuple[list[dict], float | None, dict | None]:
     """Each row's flip rate against rung 0 and its ratios; the standard workload's physical floor and the rung it
     was taken from. Returns the rows in ladder order, the floor per sample and that rung's row."""
-    workloads = ("standard", "shared")
+    workloads = ("standard", "shared", "bulk")
     order = {rung: k for k, rung in enumerate(ladder_order)}
     rows = sorted(rows, key=lambda r: (workloads.index(r["workload"]), order[r["rung"]]))
     for row in rows:
         done = outputs[row["workload"]]
         # Rungs 7b and 8 judge otherwise (no reasons; other items): no flip rate against rung 0.
         row["flip_rate_vs_rung0"] = (
-            flip_rate(done["0"], done[row["rung"]]) if "0" in done and row["rung"] not in ("7b", "8") else None
+            flip_rate(done["0"], done[row["rung"]]) if "0" in done and row["rung"] not in ("7b", "8", "V8") else None
         )
+        # vLLM's rungs against our full engine on the same design: the verdicts that differ, and the time ratio.
+        ours = OURS_FOR.get(row["rung"])
+        row["flip_rate_vs_ours"] = flip_rate(done[ours], done[row["rung"]]) if ours in done else None
     # One floor for the standard workload: the least work that gives the same verdicts, i.e. the token and pass
     # counts of the rung that ran the fewest tokens per sample (rungs 0 and 1 may run fewer samples than the
     # others). Every standard rung's time is set against it.
-    standard = [r for r in rows if r["workload"] == "standard" and r["rung"] not in ("7b", "8")]
+    standard = [r for r in rows if r["workload"] == "standard" and r["rung"] not in ("7b", "8", "V", "V8")]
     least = min(
         standard,
         key=lambda r: (r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"]) / r["samples"],
@@ -687,17 +758,68 @@ def derive(cfg, judge, peaks, rows, outputs, ladder_order) -> tuple[list[dict], 
     return rows, floor_per_sample, least
 
 
+OURS_FOR = {"V": "7", "V8": "8"}  # each vLLM rung's counterpart: our full engine on the same design
+
+
+def bulk_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
+    """n samples as a bulk run meets them: every document's first summary, then every document's second, and so on
+    (SummEval dev: 58 documents, 12 summaries each), sources cut as in frozen_inputs."""
+    if not n:
+        return []
+    by_doc: dict[str, list[dict]] = {}
+    if path.exists():
+        for line in path.open():
+            item = json.loads(line)
+            by_doc.setdefault(item["id"].split(":")[1] if ":" in item["id"] else item["id"], []).append(item)
+    rows = []
+    for depth in range(max((len(v) for v in by_doc.values()), default=0)):
+        rows += [items[depth] for items in by_doc.values() if depth < len(items)]
+    rows = rows[:n] or frozen_inputs(path, n, source_chars)
+    for row in rows:
+        if len(row["source"]) > source_chars:
+            cut = row["source"].rfind(". ", 0, source_chars)
+            row["source"] = row["source"][: cut + 1] if cut > 0 else row["source"][:source_chars]
+    return [{"id": r["id"], "source": r["source"], "summary": r["summary"]} for r in rows]
+
+
+def peer_note(args, rows: list[dict]) -> tuple[str, dict | None]:
+    """The vLLM rungs' settings and our engine's speed against vLLM's per workload, as a paragraph and a record."""
+    peer = getattr(args, "peer", None)
+    if peer is None:
+        missing = "vLLM is not importable in this environment: no vLLM rung was run (`make vllm-env`, then run "
+        return missing + "this with .venv-vllm/bin/python).", None
+    described = peer.engine.describe()
+    ratios = {}
+    for row in rows:
+        ours = OURS_FOR.get(row["rung"])
+        mine = next((r for r in rows if r["workload"] == row["workload"] and r["rung"] == ours), None)
+        if mine:
+            ratios[f"{row['workload']} {ours} vs {row['rung']}"] = mine["samples_per_s"] / row["samples_per_s"]
+    record = {
+        "version": peer.engine.version,
+        "settings": described["settings"],
+        "environment": described["environment"],
+        "startup_s": round(peer.startup_s, 1),
+        "warm_up_s": round(peer.warm_s, 1),
+        "ours_x_vllm": ratios,
+    }
+    text = (
+        f"vLLM {record['version']} (CPU build, its own environment .venv-vllm, the same process as our rungs): "
+        f"settings {json.dumps(record['settings'])}; environment {json.dumps(record['environment'])}; the same "
+        "chat-templated prompts as token ids, the same JSON schemas and Lark grammars (llguidance, our JSON layout), "
+        "greedy, P(yes) from first-token log-probabilities, likelihoods from prompt log-probabilities. Start-up "
+        f"{record['startup_s']} s (load{' and compile' if not args.vllm_eager else ''}) and warm-up "
+        f"{record['warm_up_s']} s (one sample of each design: grammars, kernels) untimed. Our full engine against "
+        "vLLM (samples/s over samples/s): " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) + "."
+    )
+    return text, record
+
+
 def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -> tuple[str, dict]:
     """Ratios, the floor, the table, in ladder order; written after every rung, so a run cut short keeps what it
     measured. Returns the markdown and the report."""
     rows, floor_per_sample, least = derive(cfg, judge, peaks, rows, outputs, ladder_order)
-    import importlib.util
-
-    vllm = (
-        "vLLM is importable, but its reference rung is not implemented yet: no vLLM rung was run"
-        if importlib.util.find_spec("vllm")
-        else "vLLM is not importable in this environment: no vLLM reference rung was run"
-    )
+    vllm, vllm_record = peer_note(args, rows)
     report = {
         "config": args.config,
         "settings": cfg,
@@ -711,16 +833,17 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
             "cpus": os.cpu_count(),
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
             "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
         },
         "inputs": str(args.data) if args.data.exists() else "bundled demo examples",
         "rows": rows,
-        "vllm": vllm,
+        "vllm": vllm_record or vllm,
     }
     table = [
         "| workload | rung | feature | samples | s | s, every run | samples/s | questions/s | prefill tok/sample | "
-        "x fewer prefill | decoded tok/s | drafts kept | passes | x rung 0 | x previous | flips vs 0 | % of floor "
-        "| NaN |",
-        "|" + "---|" * 18,
+        "x fewer prefill | decoded tok/s | drafts kept | passes | x rung 0 | x previous | flips vs 0 | "
+        "flips vs ours | % of floor | NaN |",
+        "|" + "---|" * 19,
     ]
 
     def num(value, form="{:.2f}"):
@@ -728,6 +851,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
 
     for r in rows:
         flips = "-" if r["flip_rate_vs_rung0"] is None else f"{100 * r['flip_rate_vs_rung0']:.1f}%"
+        flips_ours = "-" if r.get("flip_rate_vs_ours") is None else f"{100 * r['flip_rate_vs_ours']:.1f}%"
         drafts = f"{r['accepted_draft_tokens']} of {r['draft_tokens']}" if r.get("draft_tokens") else "-"
         table.append(
             f"| {r['workload']} | {r['rung']} | {r['feature']} | {r['samples']} | {r['seconds']:.1f} | "
@@ -735,7 +859,8 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
             f"{r['samples_per_s']:.3f} | {r['questions_per_s']:.3f} | {r['prefill_per_sample']:.0f} | "
             f"{num(r['prefill_per_sample_vs_rung0'])} | {r['decoded_tok_per_s']:.1f} | {drafts} | "
             f"{r['forward_passes']} | "
-            f"{num(r['x_rung0'])} | {num(r['x_previous'])} | {flips} | {num(r['pct_of_floor'], '{:.1f}%')} | "
+            f"{num(r['x_rung0'])} | {num(r['x_previous'])} | {flips} | {flips_ours} | "
+            f"{num(r['pct_of_floor'], '{:.1f}%')} | "
             f"{r['nan_values'] + (r['nan_rows'] or 0)} |"
         )
     syncs = [r for r in rows if r.get("sync_warnings") is not None]
@@ -760,7 +885,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
         f"{num(floor_per_sample, '{:.3f}')} s per sample (from rung {least and least['rung']}'s token and "
         f'pass counts). {shared_note} "x fewer prefill": rung 0\'s prefill tokens per sample over the '
         f"rung's. NaN: values that came out NaN (P(yes), scores) plus rows the engine failed for NaN logits."
-        f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}.\n"
+        f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}\n" + profile_table(rows) + notes()
     )
     out = args.out or RESULTS / f"throughput_{args.config}"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -768,6 +893,35 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
     Path(f"{out}.md").write_text(markdown)
     Path(f"{out}_verdicts.json").write_text(json.dumps(row_outcomes(outputs)) + "\n")
     return markdown, report
+
+
+def profile_table(rows: list[dict]) -> str:
+    """Where each engine's time goes, per rung of our full engine and of vLLM: tokens computed, served from a cache,
+    decoded and forced, forward passes (vLLM: engine steps) and the time per pass."""
+    lines = [
+        "",
+        "Profile (counts from the first run, time from the median): prompt tokens computed, served from a prefix "
+        "cache or store, forced by the grammar (not decoded), decoded; forward passes (vLLM: engine steps).",
+        "",
+        "| workload | rung | computed prompt tok | cached prompt tok | forced tok | decoded tok | passes | ms/pass |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["rung"] not in ("7", "8", "V", "V8"):
+            continue
+        cached = r["cached_prompt_tokens"] if r.get("cached_prompt_tokens") is not None else r["stored_tokens"]
+        per = 1000 * r["seconds"] / max(1, r["forward_passes"])
+        lines.append(
+            f"| {r['workload']} | {r['rung']} | {r['prefill_tokens']} | {cached} | {r['forced_tokens']} | "
+            f"{r['decoded_tokens']} | {r['forward_passes']} | {per:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def notes() -> str:
+    """The hand-written reading of the table (results/throughput_cpu_notes.md), where there is one."""
+    path = RESULTS / "throughput_cpu_notes.md"
+    return "\n" + path.read_text() if path.exists() else ""
 
 
 def row_outcomes(outputs: dict) -> dict:

@@ -47,6 +47,13 @@ def models():
             f"--batch-size by GPU memory: {batch}\n           template: {p['chat_template']}\n"
             f"           get it: {p['source']}"
         )
+    click.echo(
+        "\nOn a GPU that runs vLLM, the same scorers on vLLM's engine, in two commands:\n"
+        "  pip install 'offline-sumscore[vllm]'\n"
+        "  sumscore score data.jsonl -o scores.jsonl --model DIR --engine vllm\n"
+        "(on a CPU: `make vllm-env`, then .venv-vllm/bin/sumscore ... --engine vllm; which engine to pick: the "
+        'README, "Which engine")'
+    )
 
 
 @main.command()

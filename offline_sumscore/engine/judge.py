@@ -353,6 +353,10 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     hf_model.to(dev)
     hf_model.eval()
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
+    if dev == "cpu" and str(torch_dtype) == "torch.float32":
+        from offline_sumscore.engine.cpu_gemm import pack_linears
+
+        decisions["cpu_gemm"] = pack_linears(hf_model)
     config = hf_model.config.to_dict()
     context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
     name = EMBEDDED_NAME if model is None else path.name

@@ -61,6 +61,12 @@ def cpu_settings(cores: int | None = None) -> dict[str, str]:
     }
 
 
+def fresh_stats() -> dict:
+    """What the engine counts (the benchmarks read it): requests, prompt tokens and those vLLM's prefix cache
+    served, decoded tokens, engine steps and the seconds spent in them."""
+    return dict(requests=0, prompt_tokens=0, cached_prompt_tokens=0, decoded_tokens=0, steps=0, step_seconds=0.0)
+
+
 class VLLMEngine(Engine):
     """Answers StageRequests with vllm.LLM: run(requests) -> results in the same order, or stream(feed)."""
 
@@ -112,7 +118,7 @@ class VLLMEngine(Engine):
         self.judge.dtype = dtype
         self.judge.load_seconds = time.perf_counter() - started
         self._next_id = 0
-        self.stats = {"requests": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0}
+        self.stats = fresh_stats()
 
     def describe(self) -> dict:
         judge = self.judge.describe()
@@ -161,7 +167,10 @@ class VLLMEngine(Engine):
             if not open_:
                 return
             try:
+                began_step = time.perf_counter()
                 outputs = engine.step()
+                self.stats["steps"] += 1
+                self.stats["step_seconds"] += time.perf_counter() - began_step
             except Exception as exc:  # noqa: BLE001 - every open request fails, kind "model"; the retry layer reruns
                 for ticket, result, began, _ in open_.values():
                     result.error, result.error_kind = engine_raised(exc), Failure.MODEL

@@ -25,7 +25,11 @@ class Server:
                 payload = (
                     json.dumps(
                         {
-                            "choices": [{"message": {"content": content}, "finish_reason": "stop"}],
+                            "choices": [
+                                content
+                                if isinstance(content, dict)  # a whole choice (with logprobs)
+                                else {"message": {"content": content}, "finish_reason": "stop"}
+                            ],
                             "usage": {"prompt_tokens": 11, "completion_tokens": 5},
                         }
                     )
@@ -144,3 +148,34 @@ def test_an_unreachable_server_is_a_failed_stage_not_a_crash(monkeypatch):
     monkeypatch.setattr("time.sleep", lambda s: None)
     res = ServedEngine("http://127.0.0.1:9/v1", "judge", retries=1, timeout=2).run(verdict_request())[0]
     assert res.error_kind == "model" and "could not be reached after 2 tries" in res.error
+
+
+def test_p_yes_is_read_from_the_servers_top_logprobs_under_the_answers_grammar(server):
+    top = [{"token": "Yes", "logprob": -0.3}, {"token": "No", "logprob": -1.5}, {"token": "<x>", "logprob": -9999.0}]
+    choice = {
+        "message": {"content": "Yes"},
+        "finish_reason": "stop",
+        "logprobs": {"content": [{"token": "Yes", "logprob": -0.3, "top_logprobs": top}]},
+    }
+    srv = server([(200, CLAIMS), (200, choice), (200, "No")])
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    verdict = srv.bodies[1]
+    assert verdict["logprobs"] is True and verdict["top_logprobs"] == 20
+    assert verdict["structured_outputs"]["grammar"].startswith("start:")  # the Yes/No grammar, enforced by vLLM
+    assert r.claims[0]["p_supported"] == pytest.approx(1 / (1 + 2.718281828459045**-1.2))
+    assert r.coverage_verdicts[0]["p_answered"] is None  # no logprobs in that reply: P(yes) is not made up
+    assert r.judge["engine"]["p_yes"] == "read from top_logprobs"
+
+
+def test_a_server_that_refuses_the_grammar_field_is_asked_without_it_once_and_loudly(server, capsys):
+    refusal = '{"error": {"message": "Unrecognized request argument supplied: structured_outputs"}}'
+    srv = server([(200, CLAIMS), (400, refusal), (200, "Yes"), (200, "No")])
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    assert r.alignment == 1 and r.coverage == 0
+    assert "structured_outputs" in srv.bodies[1] and "structured_outputs" not in srv.bodies[2]
+    assert "structured_outputs" not in srv.bodies[3]  # dropped for the rest of the run
+    assert "structured_outputs" in r.judge["engine"]["refused_fields"]
+    assert r.judge["engine"]["yes_no_grammar"] == "plain text, parsed here"
+    assert capsys.readouterr().err.count("refused structured_outputs") == 1

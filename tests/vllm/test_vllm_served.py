@@ -134,7 +134,7 @@ def first_token_logprobs(url: str, stage: dict) -> tuple[float, float]:
 def test_a_server_stopped_mid_run_fails_the_open_rows_and_resume_finishes(server, tmp_path):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     base = demo_rows()
-    rows = [dict(base[i % len(base)], id=f"row-{i}") for i in range(12)]
+    rows = [dict(base[i % len(base)], id=f"row-{i}") for i in range(8)]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = score(src, out, server.url, "--chunk-size", "1", "--in-flight", "1", wait=False)
     deadline = time.time() + 600
@@ -147,7 +147,7 @@ def test_a_server_stopped_mid_run_fails_the_open_rows_and_resume_finishes(server
     first = [json.loads(line) for line in out.read_text().splitlines()]
     finished = [r for r in first if not r.get("error")]
     failed = [r for r in first if r.get("error")]
-    assert len(first) == 12 and len(finished) >= 3 and failed, said
+    assert len(first) == 8 and len(finished) >= 3 and failed, said
     assert all(
         r["error"]["cause"].endswith(":model") and "could not be reached" in r["error"]["message"] for r in failed
     )
