@@ -34,7 +34,7 @@ from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
 
 CATEGORIES = [  # first match wins, on the operator's name
-    ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm")),
+    ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm", "mkldnn::_linear")),
     ("attention", ("scaled_dot_product", "aten::_scaled_dot", "aten::softmax", "aten::_softmax", "flash")),
     (
         "KV writes and gathers",
