@@ -885,7 +885,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
         f"{num(floor_per_sample, '{:.3f}')} s per sample (from rung {least and least['rung']}'s token and "
         f'pass counts). {shared_note} "x fewer prefill": rung 0\'s prefill tokens per sample over the '
         f"rung's. NaN: values that came out NaN (P(yes), scores) plus rows the engine failed for NaN logits."
-        f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}\n" + profile_table(rows) + notes()
+        f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}\n" + profile_table(rows)
     )
     out = args.out or RESULTS / f"throughput_{args.config}"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -916,12 +916,6 @@ def profile_table(rows: list[dict]) -> str:
             f"{r['decoded_tokens']} | {r['forward_passes']} | {per:.0f} |"
         )
     return "\n".join(lines) + "\n"
-
-
-def notes() -> str:
-    """The hand-written reading of the table (results/throughput_cpu_notes.md), where there is one."""
-    path = RESULTS / "throughput_cpu_notes.md"
-    return "\n" + path.read_text() if path.exists() else ""
 
 
 def row_outcomes(outputs: dict) -> dict:

@@ -22,18 +22,28 @@ THRESHOLD = 2.0
 NEGATIONS = {"not", "n't", "never", "no", "nor", "cannot", "without"}
 
 
-def typed(text: str) -> bool:
-    """A token whose substitution changes a fact: a number, a name (capitalized), a negation."""
+def kind(text: str) -> str | None:
     word = text.strip().strip("\"'.,;:!?()")
-    return bool(word) and (any(c.isdigit() for c in word) or word[0].isupper() or word.lower() in NEGATIONS)
+    if not word:
+        return None
+    if any(c.isdigit() for c in word):
+        return "number"
+    return "negation" if word.lower() in NEGATIONS else ("name" if word[0].isupper() else None)
 
 
-def conflicts(s: dict, confident: float = 0.5) -> list[float]:
-    """PMIs of the tokens where the text makes the judge confident (p >= confident) of another token, and the two
-    are of the kind whose swap changes a fact (numbers, names, negations)."""
+def conflicts(s: dict, confident: float, same_kind: bool) -> list[float]:
+    """PMIs of the tokens where the text makes the judge confident (p >= confident) of another token, and the swap
+    changes a fact: either side a number, a name or a negation (same_kind=False, the first rule tried), or number
+    for number, name for name, or a negation on either side (same_kind=True, the product's rule)."""
     out = []
     for tok, lp, bp, exp, elp in zip(s["tokens"], s["logp"], s["base"], s["expected"], s["expected_logp"]):
-        if exp.strip() != tok.strip() and math.exp(elp) >= confident and (typed(tok) or typed(exp)):
+        if exp.strip() == tok.strip() or math.exp(elp) < confident:
+            continue
+        mine, theirs = kind(tok), kind(exp)
+        fact = (
+            ((mine is not None and mine == theirs) or "negation" in (mine, theirs)) if same_kind else (mine or theirs)
+        )
+        if fact:
             out.append(lp - bp)
     return out
 
@@ -55,21 +65,22 @@ def rule_low3(s):
     return sum(pmis[:3]) / len(pmis[:3])
 
 
-def rule_conflict(weight: float, confident: float = 0.5):
+def rule_conflict(weight: float, confident: float = 0.5, same_kind: bool = True):
     def rule(s):
-        found = conflicts(s, confident)
-        return mean_pmi(s) + weight * min(0.0, min(found, default=0.0))
+        return mean_pmi(s) + weight * min(0.0, min(conflicts(s, confident, same_kind), default=0.0))
 
-    rule.__name__ = f"mean + {weight} x typed conflict (p >= {confident})"
+    rule.__name__ = f"mean + {weight} x {'same-kind' if same_kind else 'typed'} conflict (p >= {confident})"
     return rule
 
 
 RULES = {
-    "mean PMI (today)": rule_mean,
+    "mean PMI (before)": rule_mean,
     "min token PMI": rule_min,
     "mean of 3 lowest": rule_low3,
-    **{r.__name__: r for r in (rule_conflict(w, c) for w in (0.5, 1.0) for c in (0.5, 0.8))},
+    **{r.__name__: r for r in (rule_conflict(w, 0.5, False) for w in (0.5, 1.0, 2.0))},
+    **{r.__name__: r for r in (rule_conflict(w, c, True) for w in (0.5, 1.0) for c in (0.5, 0.8))},
 }
+CHOSEN = "mean + 0.5 x same-kind conflict (p >= 0.5)"  # the product's rule (scorers/two_axis_stages.py)
 
 
 def sigmoid(x: float) -> float:
@@ -124,6 +135,7 @@ def perturbation_figures(rule, statements: list[dict]) -> dict:
         for kind in sorted({k[1] for k in mine}):
             pairs = [v for k, v in mine.items() if k[1] == kind]
             out[f"{part} {kind}"] = sum(v["original"] > v["perturbed"] for v in pairs) / len(pairs)
+            out[f"{part} {kind} caught"] = sum(v["perturbed"] < THRESHOLD for v in pairs) / len(pairs)
         out[f"{part} paraphrase pass"] = sum(v["paraphrase"] >= THRESHOLD for v in mine.values()) / len(mine)
         out[f"{part} original pass"] = sum(v["original"] >= THRESHOLD for v in mine.values()) / len(mine)
     return out
@@ -145,20 +157,63 @@ def dataset_figures(rule, frank, summeval, realsumm) -> dict:
     return out
 
 
+TYPES = ("number", "date", "name", "place", "negation", "antonym", "role")
+
+
+def tables(report: dict, counts: dict) -> str:
+    """Markdown: each perturbation part (pairwise accuracy and the share of perturbed copies caught, per type; the
+    share of paraphrase controls and originals that pass), then the labelled data."""
+    out = []
+    for part, role in (("summeval", "where the rule was chosen"), ("frank", "held out")):
+        n = ", ".join(f"{t} {counts.get(f'{t}/{part}', 0)}" for t in TYPES)
+        out += [f"\n## Perturbations, {part} part ({role}; pairs: {n})\n"]
+        out += ["pairwise accuracy (original above perturbed) / share of perturbed copies called unsupported\n"]
+        out += ["| rule | " + " | ".join(TYPES) + " | paraphrases pass | originals pass |", "|---|" + "---|" * 9]
+        for name, f in report.items():
+            cells = [f"{f[f'{part} {t}']:.2f} / {f[f'{part} {t} caught']:.2f}" for t in TYPES if f"{part} {t}" in f]
+            mark = " (chosen)" if name == CHOSEN else ""
+            out.append(
+                f"| {name}{mark} | " + " | ".join(cells) + f" | {f[f'{part} paraphrase pass']:.2f} | "
+                f"{f[f'{part} original pass']:.2f} |"
+            )
+    columns = ["FRANK bbc AUC", "FRANK cnndm AUC", "SummEval Spearman", "REALSumm BA"]
+    out += ["\n## Labelled data\n", "| rule | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name, f in report.items():
+        out.append(
+            f"| {name}{' (chosen)' if name == CHOSEN else ''} | " + " | ".join(f"{f[c]:.3f}" for c in columns) + " |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     perturbations, frank = load("perturbations"), load("frank")
     summeval, realsumm = load("summeval"), load("realsumm")
     report = {}
     for name, rule in RULES.items():
         report[name] = {**perturbation_figures(rule, perturbations), **dataset_figures(rule, frank, summeval, realsumm)}
-    columns = list(next(iter(report.values())))
-    lines = ["| rule | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-    for name, figures in report.items():
-        lines.append(f"| {name} | " + " | ".join(f"{figures[c]:.3f}" for c in columns) + " |")
+    counts = json.loads((HERE / "data" / "perturbations.counts.json").read_text())["counts"]
+    text = tables(report, counts)
     (HERE / "results" / "verdict_rules.json").write_text(json.dumps(report, indent=1) + "\n")
-    (HERE / "results" / "verdict_rules.md").write_text("# Likelihood verdict rules\n\n" + "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    (HERE / "results" / "verdict_rules.md").write_text("# Likelihood verdict rules\n" + HEADER + text)
+    print(text)
 
+
+HEADER = """
+`python benchmarks/token_profiles.py` (the embedded judge's profiles of every statement, about 7 minutes on 2 cores),
+then `python benchmarks/verdict_rules.py` (seconds, no model). Perturbation set: `benchmarks/perturbations.py --seed
+0` (634 pairs). Labelled data: FRANK sentences (ROC AUC of P(yes) against "no error", per collection), SummEval dev
+10 documents (Spearman of a summary's mean P(yes) with expert consistency), REALSumm key facts (balanced accuracy).
+
+How the rule was chosen, as it happened: the "typed conflict" rules were compared on the SummEval part of the
+perturbation set, where a weight of 1 caught most changed facts with 96% of paraphrases passing; on the labelled
+data they lowered FRANK CNN/DM (0.844 -> 0.787) and SummEval (0.469 -> 0.443). Reading why (a pronoun where the
+source names someone, a word where it writes a number: paraphrases, counted as conflicts), the conflict was
+narrowed to a swap of the same kind, and the weight halved; that choice was made after seeing the labelled data,
+so its figures there are not held out. The FRANK part of the perturbation set was printed beside the SummEval part
+while comparing; no setting was picked by it, but it was seen.
+Its mean-PMI row reproduces the product's figures before the change (FRANK BBC 0.689, SummEval 0.469, REALSumm
+0.651; CNN/DM 0.844 here against 0.839 in the product, which splits some sentences into two claims).
+"""
 
 if __name__ == "__main__":
     main()

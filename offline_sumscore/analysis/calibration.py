@@ -1,8 +1,9 @@
 """A likelihood threshold that fits the user's own text, from a few labelled rows, and the check that a run's
 verdicts are not all on one side. Pure functions over numbers: no model.
 
-A summary is consistent when every claim is supported, and a claim is supported when its PMI (nats per token) is at
-least the threshold; so a row's value is its lowest claim PMI, and the threshold that separates a labelled set's
+A summary is consistent when every claim is supported, and a claim is supported when its verdict score (its PMI in
+nats per token, less half its worst fact conflict's) is at least the threshold; so a row's value is its lowest claim
+score, and the threshold that separates a labelled set's
 consistent rows from the others best (balanced accuracy) is the one to use on that kind of text. The 2.0-nat default
 was set on FRANK's news sentences; a faithful paraphrase of a conversation sits below it.
 """

@@ -119,7 +119,13 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                             f"      claim    {'supported  ' if claim['supported'] else 'UNSUPPORTED'} "
                             f"P={p_text(claim['p_supported'])}  {claim['claim']}"
                         )
-                        if claim.get("evidence"):
+                        if claim.get("conflict"):
+                            c = claim["conflict"]
+                            click.echo(
+                                f"               conflict {c['word']!r}: given the source the judge expected "
+                                f"{c['expected_word']!r} (p {c['p_expected']:.2f}); PMI {c['pmi']:+.1f} nats there"
+                            )
+                        elif claim.get("evidence"):
                             click.echo(f"               weakest token {evidence_text(claim['evidence'])}")
                     for item, verdict in zip(row["questions"], row["coverage_verdicts"]):
                         click.echo(

@@ -80,7 +80,9 @@ def calibrate_file(
     kept = [(r, y) for r, y in zip(results, labels) if not isinstance(r, FailedRow) and r.claims]
     if not kept:
         raise InputError("has no row the judge could score", path=str(Path(input_path)), cause="no_rows")
-    values = [min(c["pmi"] for c in r.claims) for r, _ in kept]
+    # What the verdict compares with the threshold: the claim's score (its mean PMI, less half its worst fact
+    # conflict's, where it has one).
+    values = [min(c.get("verdict_score", c["pmi"]) for c in r.claims) for r, _ in kept]
     calibration = calibrate(values, [y for _, y in kept], resamples=resamples, seed=seed)
     judge = {k: kept[0][0].judge.get(k) for k in ("name", "identity", "dtype")}
     return CalibrationRun(calibration, judge, failed=len(rows) - len(kept))

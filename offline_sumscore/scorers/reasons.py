@@ -10,9 +10,18 @@ def _fmt(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
 
 
-def _listed(items: Sequence[str], limit: int = 3) -> str:
-    shown = "; ".join(f'"{s}"' for s in items[:limit])
+def _listed(items: Sequence[str], limit: int = 3, notes: Sequence[str] | None = None) -> str:
+    notes = notes or [""] * len(items)
+    shown = "; ".join(f'"{s}"{note}' for s, note in zip(items[:limit], notes[:limit]))
     return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def conflict_note(entry: dict, text: str = "the source") -> str:
+    """('27' where the source makes the judge expect '17', p 0.98): the words behind a likelihood verdict."""
+    c = entry.get("conflict")
+    if not c:
+        return ""
+    return f" ('{c['word']}' where {text} makes the judge expect '{c['expected_word']}', p {c['p_expected']:.2f})"
 
 
 def compose_reason(
@@ -34,10 +43,11 @@ def compose_reason(
         return f"{head} there was nothing to check coverage against (no {items}), so coverage is 0."
     counted = [(q, v) for q, v in zip(questions, verdicts) if v.get("source_answered", True)]
     unsupported = [c["claim"] for c in claims if not c["supported"]]
+    notes = [conflict_note(c) for c in claims if not c["supported"]]
     missed = [q for q, v in counted if not v["answered"]] + questions[len(verdicts) :]
     strict = " (strict mode: an axis below 1 counts as 0)" if strict_mode else ""
     why_a = (
-        f"{len(unsupported)} of {len(claims)} claims are not supported by the source: {_listed(unsupported)}"
+        f"{len(unsupported)} of {len(claims)} claims are not supported by the source: {_listed(unsupported, 3, notes)}"
         if unsupported
         else "every claim is supported by the source"
     )

@@ -15,8 +15,10 @@ A verdict is read from the judge's distribution in one forward pass, never from 
 - verdicts="yes-no": "Yes"/"No" under a grammar; P(yes) = P(Yes)/(P(Yes)+P(No)) from that one distribution; a
   reason, when asked for, is decoded after the verdict.
 - verdicts="likelihood": the judge's mean log-probability per token of the statement after the text, minus the
-  same without the text (stage "baseline"): how much the text makes the judge expect the statement (PMI). The
-  verdict is PMI >= likelihood_threshold nats per token and P(yes) = sigmoid(PMI - threshold).
+  same without the text (stage "baseline"): how much the text makes the judge expect the statement (PMI), less
+  the PMI of its worst fact conflict (a number, name or negation where the text makes the judge confident of
+  another token: two_axis_stages.typed_conflict). The verdict is that score >= likelihood_threshold nats per token
+  and P(yes) = sigmoid(score - threshold); the entry keeps the mean PMI, the conflict and the score.
 The defaults follow the judge (design.EMBEDDED_STAGES, BROUGHT_STAGES); each row's settings record the choice.
 
 Then pure arithmetic (arithmetic.two_axis_score) in the chosen flavor. The reason is composed from the verdicts,
@@ -41,6 +43,7 @@ from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
 from offline_sumscore.scorers.design import stage_defaults
 from offline_sumscore.scorers.reasons import compose_reason
 from offline_sumscore.scorers.two_axis_stages import (
+    LIKELIHOOD_RULE,
     Replies,
     VerdictStage,
     claims_read,
@@ -52,6 +55,7 @@ from offline_sumscore.scorers.two_axis_stages import (
 CLAIM_PART_SENTENCES = 8  # atomic claims are asked of at most this many summary sentences at a time
 CLAIMS_BOUND = 64  # safety bound of one claims list; a list that reaches it is asked again in halves
 LIKELIHOOD_THRESHOLD = 2.0  # nats per token; see the likelihood_threshold parameter
+VERDICT_DETAILS = ("reason", "pmi", "evidence", "conflict", "verdict_score")  # kept in each claim's and item's entry
 CLAIMS_MODES, COVERAGE_MODES, VERDICT_MODES = (
     ("atomic", "sentences"),
     ("questions", "key_sentences"),
@@ -195,6 +199,7 @@ class SummarizationScorer(ScorerBase):
             design["verdict_reasons"] = self.include_reason and design["verdicts"] == "yes-no"
             if design["verdicts"] == "likelihood":
                 design["likelihood_threshold"] = self.likelihood_threshold
+                design["likelihood_rule"] = LIKELIHOOD_RULE
             self._design = design
         return self._design
 
@@ -316,7 +321,7 @@ class SummarizationScorer(ScorerBase):
         for j in range(len(asked)):
             got = verdict.read(replies.take(verdict.width), stages, f"coverage.{j}")
             entry = {"answered": got["verdict"], "p_answered": got["p"]}
-            entry.update({k: v for k, v in got.items() if k in ("reason", "pmi", "evidence")})
+            entry.update({k: v for k, v in got.items() if k in VERDICT_DETAILS})
             if deepeval_q:
                 keys = [f"source_answer.{j}" + (f".{k}" if len(pieces) > 1 else "") for k in range(len(pieces))]
                 answers = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
@@ -331,7 +336,7 @@ class SummarizationScorer(ScorerBase):
         found = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
         best = max(range(n_pieces), key=lambda k: (found[k]["verdict"], found[k]["p"] or 0))
         entry = {"claim": claim, "supported": found[best]["verdict"], "p_supported": found[best]["p"]}
-        entry.update({k: v for k, v in found[best].items() if k in ("reason", "pmi", "evidence")})
+        entry.update({k: v for k, v in found[best].items() if k in VERDICT_DETAILS})
         if n_pieces > 1:
             entry["piece"] = best if found[best]["verdict"] else None
             entry["p_by_piece"] = [f["p"] for f in found]  # the claim checked against each piece of the source

@@ -107,17 +107,94 @@ class VerdictStage:
             text = require(replies[0], stages, key)
             base = require(replies[1], stages, f"{key}.baseline")
             pmi = text.mean_logprob - base.mean_logprob
-            margin = pmi - self.likelihood_threshold
+            conflict = typed_conflict(text, base)
+            score = pmi + CONFLICT_WEIGHT * conflict["pmi"] if conflict else pmi
+            margin = score - self.likelihood_threshold
             out = {"verdict": margin >= 0, "p": 1 / (1 + math.exp(-margin)), "pmi": round(pmi, 6)}
             evidence = weakest_token(text, base)
             if evidence is not None:
                 out["evidence"] = evidence
+            if conflict:
+                out["conflict"], out["verdict_score"] = conflict, round(score, 6)
             return out
         value = require(replies[0], stages, key)
         out = {"verdict": value.verdict, "p": first_prob(replies[0])}
         if value.reason is not None:
             out["reason"] = value.reason
         return out
+
+
+# The likelihood verdict's rule: the mean PMI per token, less half the PMI of the worst fact conflict (below). Measured
+# on the perturbation set and the labelled data (benchmarks/verdict_rules.py, results/verdict_rules.md): a changed
+# number now fails 88% of the time instead of 3%, a changed date 62%, a negation 63%, while 97% of faithful
+# paraphrases still pass, and FRANK, SummEval and REALSumm stay within their intervals.
+CONFLICT_WEIGHT = 0.5
+CONFLICT_CONFIDENCE = 0.5  # the judge's probability of the other token, given the text, for a conflict
+LIKELIHOOD_RULE = (
+    f"mean PMI + {CONFLICT_WEIGHT:g} x the PMI of the worst fact conflict "
+    f"(number for number, name for name, or a negation; p >= {CONFLICT_CONFIDENCE:g})"
+)
+NEGATIONS = frozenset({"not", "n't", "never", "no", "nor", "cannot", "without"})
+
+
+def fact_kind(text: str) -> str | None:
+    """What a token would change if swapped: "number", "name" (capitalized), "negation"; None for other words."""
+    word = text.strip().strip("\"'.,;:!?()")
+    if not word:
+        return None
+    if any(c.isdigit() for c in word):
+        return "number"
+    if word.lower() in NEGATIONS:
+        return "negation"
+    return "name" if word[0].isupper() else None
+
+
+def swaps_a_fact(token: str, expected: str) -> bool:
+    """A number where the judge expected another number, a name where it expected another name, or a negation on
+    either side. A pronoun for a name, a word for a number: a paraphrase, not a swap."""
+    mine, theirs = fact_kind(token), fact_kind(expected)
+    return (mine is not None and mine == theirs) or "negation" in (mine, theirs)
+
+
+def word_around(tokens: list[str], at: int, instead: str) -> tuple[str, str]:
+    """The whole word that token `at` is part of, and the same word with `instead` in its place ('2' of "27" with
+    '1' instead: "27" and "17")."""
+    start, end = at, at + 1
+    while start > 0 and not tokens[start].startswith(" ") and tokens[start - 1][-1:].isalnum():
+        start -= 1
+    while end < len(tokens) and not tokens[end].startswith(" ") and tokens[end][:1].isalnum():
+        end += 1
+    before, after = "".join(tokens[start:at]), "".join(tokens[at + 1 : end])
+    return (before + tokens[at] + after).strip(), (before + instead + after).strip()
+
+
+def typed_conflict(text: Likelihood, base: Likelihood) -> dict | None:
+    """The statement's worst fact conflict: a token where the text makes the judge confident (p >= 0.5) of another
+    token of the same kind (swaps_a_fact), and which the text made less likely than it is without it (negative PMI).
+    None where there is none (or the engine read no tokens: a scripted judge)."""
+    if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
+        return None
+    worst = None
+    rows = zip(text.token_texts, text.token_logprobs, base.token_logprobs, text.expected_texts, text.expected_logprobs)
+    for at, (token, lp, bp, expected, elp) in enumerate(rows):
+        if expected.strip() == token.strip() or math.exp(elp) < CONFLICT_CONFIDENCE:
+            continue
+        if swaps_a_fact(token, expected) and lp - bp < 0 and (worst is None or lp - bp < worst[1]):
+            worst = (at, lp - bp)
+    if worst is None:
+        return None
+    at, pmi = worst
+    word, expected_word = word_around(text.token_texts, at, text.expected_texts[at])
+    return {
+        "token": text.token_texts[at],
+        "word": word,
+        "at": at,
+        "pmi": round(pmi, 3),
+        "p": round(math.exp(text.token_logprobs[at]), 4),
+        "expected": text.expected_texts[at],
+        "expected_word": expected_word,
+        "p_expected": round(math.exp(text.expected_logprobs[at]), 4),
+    }
 
 
 def weakest_token(text: Likelihood, base: Likelihood) -> dict | None:

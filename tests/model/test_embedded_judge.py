@@ -218,6 +218,27 @@ def test_likelihood_verdicts_keep_their_evidence_token_by_token(judge):
     assert 0 < e["p"] < 1 and 0 < e["p_expected"] <= 1 and math.isfinite(e["pmi"])
 
 
+def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_claim_stays_supported(judge):
+    """The verdict reads the token profile: "27" where the source makes the judge expect "17" turns the wrong fact's
+    claim unsupported (its mean PMI alone would pass it), and the reason names it; the faithful summary's claim, a
+    paraphrase with words left out, has no fact conflict and stays supported."""
+    import json
+    from importlib import resources
+
+    rows = {
+        r["id"]: r for r in map(json.loads, (resources.files("offline_sumscore") / "examples" / "demo.jsonl").open())
+    }
+    scorer = SummarizationScorer(judge)
+    wrong = scorer.score(rows["wrong-fact"]["source"], rows["wrong-fact"]["summary"])
+    claim = wrong.claims[0]
+    assert claim["supported"] is False and claim["pmi"] >= 2.0  # the mean would have passed it
+    assert claim["conflict"]["word"] in {"27", "lost"} and claim["verdict_score"] < 2.0
+    assert f"'{claim['conflict']['word']}' where the source makes the judge expect" in wrong.reason
+    assert wrong.settings["design.likelihood_rule"].startswith("mean PMI + 0.5 x")
+    faithful = scorer.score(rows["faithful"]["source"], rows["faithful"]["summary"])
+    assert all(c["supported"] for c in faithful.claims) and not any(c.get("conflict") for c in faithful.claims)
+
+
 def test_calibrate_on_the_real_judge_picks_a_threshold_between_its_rows(judge, tmp_path):
     """The demo's rows labelled by hand: the faithful and the thin summary are consistent, the wrong fact is not."""
     import json
