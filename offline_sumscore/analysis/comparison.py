@@ -59,7 +59,8 @@ def signature(row: dict) -> dict:
         "judge": judge.get("name"),
         "judge_identity": judge.get("identity"),
         "dtype": judge.get("dtype"),
-        **{f"settings.{k}": v for k, v in sorted((row.get("settings") or {}).items())},
+        # "run." keys say what a run found (its verdicts all on one side), not how it scored: not compared.
+        **{f"settings.{k}": v for k, v in sorted((row.get("settings") or {}).items()) if not k.startswith("run.")},
     }
 
 

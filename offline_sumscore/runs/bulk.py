@@ -237,6 +237,7 @@ def run_bulk(
         except _StopRun:
             report.stopped_early = True
     report.rows = [done[item.key] for item in items if item.key in done]
+    mark_one_sided(report.rows)
     _rewrite(path, report.rows)
     report.failed_by_cause = Counter(
         r["error"].get("cause", r["error"].get("stage", "?")) for r in report.rows if r.get("error")
@@ -260,7 +261,7 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
                 f"content than INPUT has now; use a new -o, or drop --resume to rescore everything"
             )
         # The options as given must match; "design.*" keys record what "auto" resolved to for the judge.
-        given = {k: v for k, v in (row.get("settings") or {}).items() if not k.startswith("design.")}
+        given = {k: v for k, v in (row.get("settings") or {}).items() if not k.startswith(("design.", "run."))}
         if row.get("metric") != scorer.metric or (given and given != scorer.settings):
             differ = sorted(k for k in set(given) | set(scorer.settings) if given.get(k) != scorer.settings.get(k))
             what = (
@@ -275,6 +276,17 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
             continue
         done[row["row_key"]] = row  # a chunk redone after a torn write: the later copy wins
     return done
+
+
+def mark_one_sided(rows: list[dict]) -> None:
+    """A run whose likelihood verdicts fall 95% or more on one side says so in each such row's settings
+    ("run.one_sided"), beside the CLI's and the report's word for it: OUTPUT is rewritten once the run knows its
+    share (rows are written chunk by chunk before it does). "run." keys are not options: resume ignores them."""
+    from offline_sumscore.analysis.calibration import likelihood_rows, one_sided_run
+
+    said = one_sided_run(rows)
+    for row in likelihood_rows(rows) if said else []:
+        row["settings"] = dict(row.get("settings") or {}, **{"run.one_sided": said})
 
 
 def redo_on_resume(row: dict) -> bool:

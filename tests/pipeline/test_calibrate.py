@@ -75,7 +75,7 @@ def test_calibrate_prints_the_threshold_and_writes_what_score_reads(tmp_path, us
     assert result.exit_code == 0, result.output
     got = [json.loads(line) for line in scored.read_text().splitlines()]
     assert [r["claims"][0]["supported"] for r in got] == [True, False]
-    assert got[0]["settings"]["likelihood_threshold"] == 1.05
+    assert got[0]["settings"]["likelihood_threshold"] == 1.05 and "run.one_sided" not in got[0]["settings"]
     both = CliRunner().invoke(main, [*args, "--calibration", str(out), "--likelihood-threshold", "2"])
     assert both.exit_code == 2 and "not both" in both.output
 
@@ -92,6 +92,8 @@ def test_a_scoring_run_whose_claims_all_fall_on_one_side_warns_once(tmp_path, us
     args += ["--claims", "sentences", "--coverage", "key_sentences", "--key-sentences", "1", "--verdicts", "likelihood"]
     result = CliRunner().invoke(main, [*args, "--no-cache"], catch_exceptions=False)
     assert result.output.count("100% of 24 claims are unsupported") == 1 and "sumscore calibrate" in result.output
+    written = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert all("100% of 24 claims are unsupported" in r["settings"]["run.one_sided"] for r in written)
     report = tmp_path / "r.html"
     CliRunner().invoke(main, ["report", str(tmp_path / "o.jsonl"), "-o", str(report)], catch_exceptions=False)
     assert "id=one-sided" in report.read_text()
