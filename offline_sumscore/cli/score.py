@@ -128,6 +128,13 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 )
 @click.option("--coeff", type=float, default=None, help="summary-score: weight of conciseness, 0..1 (default 0.5).")
 @click.option(
+    "--answers",
+    type=click.Choice(["auto", "questions", "likelihood"]),
+    default=None,
+    help="summary-score: questions (Ragas: keyphrases, questions, answers) or likelihood (the text's key sentences "
+    "checked against the summary: the embedded judge's mode); auto follows the judge.",
+)
+@click.option(
     "--no-length-penalty", "length_penalty", flag_value=False, default=None, help="summary-score: score = QA alone."
 )
 @click.option(

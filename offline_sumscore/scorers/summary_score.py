@@ -8,6 +8,13 @@ text = the reference contexts joined with "\\n". QA = answers "1" / answers retu
 conciseness = 1 - min(len(summary), len(text)) / (len(text) + 1e-10) in characters;
 score = QA*(1-coeff) + conciseness*coeff with length_penalty, else QA. Not rounded.
 
+The tiny-judge mode (answers="likelihood", what "auto" picks for the embedded judge): the embedded 135M judge answers
+"1" to anything (QA 1.0 on every SummEval item: Spearman 0.04 with the experts' mean), so instead of keyphrases and
+questions it takes the text's first key_sentences sentences as the items, and checks each against the summary by
+likelihood, as the two-axis coverage does (two_axis_stages.VerdictStage): an item's answer is "1" when the summary
+makes the judge expect the sentence (its verdict score at least 2.0 nats per token), and its P("1") the sigmoid of
+the margin. Keyphrases are then empty and the questions are those sentences; the rows' settings record the mode.
+
 Zero answers: Ragas divides by zero there. Here it cannot arise from the judge (the question schema asks for
 at least one question and the answer schema for exactly one answer per question); in rescoring
 (arithmetic.summary_score) it is a ValueError, never NaN.
@@ -20,14 +27,19 @@ from typing import Any
 
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.arithmetic import join_contexts, summary_score
+from offline_sumscore.core.coverage_items import key_sentences
 from offline_sumscore.core.errors import UsageError, check_count
 from offline_sumscore.core.results import SummaryScoreResult
 from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
+from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE, VerdictStage
 
 SAFETY_BOUND = 50  # keyphrases and questions per list: Ragas sets no number; this only stops a degenerate list
+ANSWERS = ("auto", "questions", "likelihood")
+# The tiny-judge mode's check: the embedded judge's likelihood verdict, bare prompt, at the two-axis threshold.
+LIKELIHOOD = VerdictStage("likelihood", "bare", False, 0, 2.0)
 
 
 class SummaryScore(ScorerBase):
@@ -41,6 +53,10 @@ class SummaryScore(ScorerBase):
     max_questions, max_keyphrases : safety bounds on each list (default 50 each). As in Ragas, the judge chooses
         how many keyphrases and questions to write; the bounds only stop a degenerate list.
     max_text_chars : bound on each keyphrase and question.
+    answers : "questions" (Ragas's design: keyphrases, questions, "1"/"0" answers from the summary), "likelihood"
+        (the tiny-judge mode: the text's key sentences checked against the summary by likelihood), or "auto" (the
+        judge's default: likelihood for the embedded judge, questions for a judge you bring).
+    key_sentences : with answers="likelihood", how many of the text's first sentences are checked (default 5).
     """
 
     metric = "summary-score"
@@ -54,9 +70,15 @@ class SummaryScore(ScorerBase):
         max_questions: int = SAFETY_BOUND,
         max_keyphrases: int = SAFETY_BOUND,
         max_text_chars: int = 200,
+        answers: str = "auto",
+        key_sentences: int = 5,
         **engine_options,
     ):
         super().__init__(model, **engine_options)
+        if answers not in ANSWERS:
+            raise UsageError(f"answers must be one of {', '.join(ANSWERS)}. Given: {answers!r}")
+        check_count("key_sentences", key_sentences, 50)
+        self.answers, self.key_sentences, self._answers_in_use = answers, key_sentences, None
         if not 0 <= coeff <= 1:
             raise UsageError(f"coeff must be between 0 and 1. Given: {coeff}")
         for name, value, most in (
@@ -76,8 +98,20 @@ class SummaryScore(ScorerBase):
             "max_questions": self.max_questions,
             "max_keyphrases": self.max_keyphrases,
             "max_text_chars": self.max_text_chars,
+            "answers": self.answers,
+            "key_sentences": self.key_sentences,
             "prompt_version": prompts.PROMPT_VERSION,
         }
+
+    @property
+    def answers_in_use(self) -> str:
+        """answers, "auto" resolved from what the engine says of its judge (this loads the judge)."""
+        if self._answers_in_use is None:
+            embedded = self.stacked_engine.describe().get("judge", {}).get("embedded")
+            self._answers_in_use = (
+                self.answers if self.answers != "auto" else ("likelihood" if embedded else "questions")
+            )
+        return self._answers_in_use
 
     def score(
         self,
@@ -109,6 +143,8 @@ class SummaryScore(ScorerBase):
         )
 
     def plan(self, sample: Sample) -> Plan:
+        if self.answers_in_use == "likelihood":
+            return (yield from self._likelihood_plan(sample))
         stages: dict[str, dict] = {}
 
         def questions_request(text: str, keyphrases: list[str], n: int) -> StageRequest:
@@ -170,6 +206,33 @@ class SummaryScore(ScorerBase):
             answer_p_yes=p_yes,
             soft_qa=soft_score(p_yes),
             source_pieces=len(pieces),
-            settings=self.settings,
+            settings=dict(self.settings, **{"design.answers": "questions"}),
+            stages=stages,
+        )
+
+    def _likelihood_plan(self, sample: Sample) -> Plan:
+        """The tiny-judge mode: the text's key sentences, each checked against the summary by likelihood."""
+        stages: dict[str, dict] = {}
+        items = key_sentences(sample.source, self.key_sentences) or [" ".join(sample.source.split())[:2000]]
+        replies = yield [
+            r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)
+        ]
+        got = [LIKELIHOOD.read(replies[2 * i : 2 * i + 2], stages, f"ragas_answers.{i}") for i in range(len(items))]
+        answers, p_yes = ["1" if g["verdict"] else "0" for g in got], [g["p"] for g in got]
+        value = summary_score(
+            answers, sample.source, sample.summary, length_penalty=self.length_penalty, coeff=self.coeff
+        )
+        design = {"design.answers": "likelihood", "design.likelihood_rule": LIKELIHOOD_RULE}
+        return SummaryScoreResult(
+            id=sample.id,
+            score=value.score,
+            qa=value.qa,
+            conciseness=value.conciseness,
+            keyphrases=[],
+            questions=items,
+            answers=answers,
+            answer_p_yes=p_yes,
+            soft_qa=soft_score(p_yes),
+            settings=dict(self.settings, **design),
             stages=stages,
         )

@@ -154,7 +154,9 @@ def test_verdict_only_rows_cost_one_forward_pass_each(judge):
 
 
 def test_summary_score_answers_through_the_engine_with_p_yes(judge):
-    r = SummaryScore(judge, max_questions=2, max_keyphrases=2, max_text_chars=40).score(SOURCE, SUMMARY)
+    r = SummaryScore(judge, max_questions=2, max_keyphrases=2, max_text_chars=40, answers="questions").score(
+        SOURCE, SUMMARY
+    )
     assert len(r.answer_p_yes) == len(r.answers)
     assert all((p > 0.5) == (a == "1") for p, a in zip(r.answer_p_yes, r.answers))
 

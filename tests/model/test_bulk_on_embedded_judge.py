@@ -168,7 +168,7 @@ def test_hostile_text_leaves_every_output_valid(judge):
     start = judge.tokenizer.convert_tokens_to_ids("<|im_start|>")
     two_axis = SummarizationScorer(judge)  # the embedded defaults: likelihood verdicts
     yes_no = SummarizationScorer(judge, claims="sentences", verdicts="yes-no", include_reason=False)
-    summary_score = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60)
+    summary_score = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60, answers="questions")
     # Every hostile text through the two-axis stages; two of them through the yes-no verdicts and summary-score's
     # JSON stages (their prompts fence the same way, and each real-model row costs seconds here).
     for scorer, batch in ((two_axis, rows), (yes_no, rows[:2]), (summary_score, rows[2:4])):

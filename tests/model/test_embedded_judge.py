@@ -101,12 +101,27 @@ def test_a_long_source_whose_claim_only_its_second_piece_supports(judge):
 
 
 def test_summary_score_valid_lists(judge):
-    r = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60).score(
+    r = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60, answers="questions").score(
         reference_contexts=[SOURCE], response=SUMMARY
     )
     assert len(r.keyphrases) <= 3 and 1 <= len(r.questions) <= 2
     assert len(r.answers) == len(r.questions) and set(r.answers) <= {"1", "0"}
     assert r.score == pytest.approx(summary_score(r.answers, SOURCE, SUMMARY).score)
+
+
+def test_summary_score_on_the_embedded_judge_checks_key_sentences_by_likelihood(judge):
+    """The tiny-judge mode, which "auto" picks for the embedded judge: the text's key sentences, each checked against
+    the summary by likelihood; the sentence the summary restates is answered "1", the one it leaves out "0"."""
+    source = (
+        "The council of Lindford voted on Tuesday to build a new public library on Mill Street. "
+        "Heavy rain flooded the river town of Ostby overnight, and two hundred homes were evacuated."
+    )
+    summary = "The council of Lindford voted to build a new public library on Mill Street."
+    r = SummaryScore(judge).score(source, summary)
+    assert r.settings["design.answers"] == "likelihood" and r.keyphrases == [] and len(r.questions) == 2
+    assert r.answers == ["1", "0"] and r.answer_p_yes[0] > 0.5 > r.answer_p_yes[1]
+    assert r.qa == 0.5 and r.score == pytest.approx(summary_score(r.answers, source, summary).score)
+    assert "evidence" in r.stages["ragas_answers.0"]
 
 
 def test_token_cap_fails_loudly_with_the_raw_text_kept(judge):

@@ -13,7 +13,8 @@ DESIGNS = {
         SummarizationScorer,
         dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=3, max_reason_chars=60),
     ),
-    "summary-score": (SummaryScore, dict(max_keyphrases=3, max_questions=3)),
+    "summary-score": (SummaryScore, dict(max_keyphrases=3, max_questions=3, answers="questions")),
+    "summary-score-likelihood": (SummaryScore, dict(answers="likelihood")),
 }
 
 
