@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -101,6 +102,7 @@ h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid
 table{border-collapse:collapse;width:100%}
 td,th{border-bottom:1px solid #eee;padding:.35rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f6f6}.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00020}.ok{color:#1b5e20}
+mark.conflict{background:#ffd6d6;border-bottom:2px solid #b00020}
 .axis{stroke:#444;stroke-width:1}.diag{stroke:#bbb;stroke-dasharray:4 3}.dot{fill:#1f77b4;fill-opacity:.65}
 .bar{fill:#1f77b4}.label,.label-left{font-size:12px;fill:#333}.label{text-anchor:middle}.tick,.tick-left{font-size:10px;fill:#555}
 .tick{text-anchor:middle}dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem}dt{font-weight:600}
@@ -117,18 +119,31 @@ def _p(value) -> str:
     return "" if value is None else f" <small>P={value:.2f}</small>"
 
 
+def _marked(text: str, entry: dict) -> str:
+    """The statement, escaped, with the word behind its likelihood verdict marked: a fact conflict, where the text
+    made the judge expect another word (its title says which), and a note after it."""
+    shown, c = html.escape(text), entry.get("conflict")
+    if not c:
+        return shown
+    word, expected = html.escape(c["word"]), html.escape(c["expected_word"])
+    note = f"the text makes the judge expect &#39;{expected}&#39; (p {c['p_expected']:.2f})"
+    mark = f'<mark class="conflict" title="{note}">{word}</mark>'
+    shown = re.sub(rf"(?<!\w){re.escape(word)}(?!\w)", lambda _: mark, shown, count=1)
+    return shown + f" <small>(&#39;{word}&#39;: {note})</small>"
+
+
 def _verdicts(row: dict) -> str:
     out = []
     for c in row.get("claims") or []:
         mark = '<span class="ok">supported</span>' if c.get("supported") else '<span class="bad">unsupported</span>'
         out.append(
-            f"<li>{mark}{_p(c.get('p_supported'))}: {html.escape(c.get('claim', ''))}"
+            f"<li>{mark}{_p(c.get('p_supported'))}: {_marked(c.get('claim', ''), c)}"
             + (f" <small>({html.escape(c['reason'])})</small>" if c.get("reason") else "")
             + "</li>"
         )
     for q, v in zip(row.get("questions") or [], row.get("coverage_verdicts") or []):
         mark = '<span class="ok">answered</span>' if v.get("answered") else '<span class="bad">missed</span>'
-        out.append(f"<li>{mark}{_p(v.get('p_answered'))}: {html.escape(q)}</li>")
+        out.append(f"<li>{mark}{_p(v.get('p_answered'))}: {_marked(q, v)}</li>")
     for q, a in zip(row.get("questions") or [], row.get("answers") or []):
         if "coverage_verdicts" not in row:
             mark = '<span class="ok">answered</span>' if a == "1" else '<span class="bad">missed</span>'
