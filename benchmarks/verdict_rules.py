@@ -14,36 +14,28 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, spearman  # noqa: E402
+from offline_sumscore.scorers.two_axis_stages import fact_kind, swaps_a_fact  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "results" / "runs"
 THRESHOLD = 2.0
-NEGATIONS = {"not", "n't", "never", "no", "nor", "cannot", "without"}
-
-
-def kind(text: str) -> str | None:
-    word = text.strip().strip("\"'.,;:!?()")
-    if not word:
-        return None
-    if any(c.isdigit() for c in word):
-        return "number"
-    return "negation" if word.lower() in NEGATIONS else ("name" if word[0].isupper() else None)
 
 
 def conflicts(s: dict, confident: float, same_kind: bool) -> list[float]:
     """PMIs of the tokens where the text makes the judge confident (p >= confident) of another token, and the swap
-    changes a fact: either side a number, a name or a negation (same_kind=False, the first rule tried), or number
-    for number, name for name, or a negation on either side (same_kind=True, the product's rule)."""
+    changes a fact: either side a number, a name or a negation (same_kind=False, the first rule tried), or the
+    product's swaps_a_fact (same_kind=True: number for number, name for name, or a negation on either side)."""
     out = []
     for tok, lp, bp, exp, elp in zip(s["tokens"], s["logp"], s["base"], s["expected"], s["expected_logp"]):
         if exp.strip() == tok.strip() or math.exp(elp) < confident:
             continue
-        mine, theirs = kind(tok), kind(exp)
-        fact = (
-            ((mine is not None and mine == theirs) or "negation" in (mine, theirs)) if same_kind else (mine or theirs)
-        )
-        if fact:
+        if swaps_a_fact(tok, exp) if same_kind else (fact_kind(tok) or fact_kind(exp)):
             out.append(lp - bp)
     return out
 
@@ -87,37 +79,6 @@ def sigmoid(x: float) -> float:
     return 1 / (1 + math.exp(-x))
 
 
-def auc(positive: list[float], negative: list[float]) -> float:
-    wins = sum((p > n) + 0.5 * (p == n) for p in positive for n in negative)
-    return wins / (len(positive) * len(negative)) if positive and negative else float("nan")
-
-
-def spearman(x: list[float], y: list[float]) -> float:
-    def ranks(v):
-        order = sorted(range(len(v)), key=v.__getitem__)
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(v):
-            j = i
-            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-
-    rx, ry = ranks(x), ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
-
-
-def balanced_accuracy(truth: list[bool], said: list[bool]) -> float:
-    pos = [s for t, s in zip(truth, said) if t]
-    neg = [not s for t, s in zip(truth, said) if not t]
-    return (sum(pos) / len(pos) + sum(neg) / len(neg)) / 2
-
-
 def load(name: str) -> list[dict]:
     path = RUNS / f"token_profiles_{name}.json"
     if not path.exists():
@@ -146,9 +107,7 @@ def dataset_figures(rule, frank, summeval, realsumm) -> dict:
     for part in ("bbc", "cnndm"):
         mine = [s for s in frank if s["part"] == part]
         p = [sigmoid(rule(s) - THRESHOLD) for s in mine]
-        out[f"FRANK {part} AUC"] = auc(
-            [q for q, s in zip(p, mine) if not s["error"]], [q for q, s in zip(p, mine) if s["error"]]
-        )
+        out[f"FRANK {part} AUC"] = roc_auc([not s["error"] for s in mine], p)
     by = {}
     for s in summeval:
         by.setdefault(s["id"], (s["consistency"], []))[1].append(sigmoid(rule(s) - THRESHOLD))

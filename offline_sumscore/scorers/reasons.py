@@ -16,12 +16,12 @@ def _listed(items: Sequence[str], limit: int = 3, notes: Sequence[str] | None = 
     return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def conflict_note(entry: dict, text: str = "the source") -> str:
+def conflict_note(entry: dict) -> str:
     """('27' where the source makes the judge expect '17', p 0.98): the words behind a likelihood verdict."""
     c = entry.get("conflict")
     if not c:
         return ""
-    return f" ('{c['word']}' where {text} makes the judge expect '{c['expected_word']}', p {c['p_expected']:.2f})"
+    return f" ('{c['word']}' where the source makes the judge expect '{c['expected_word']}', p {c['p_expected']:.2f})"
 
 
 def compose_reason(

@@ -34,12 +34,13 @@ from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
-from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE, VerdictStage
+from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD
+from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE, Replies, VerdictStage
 
 SAFETY_BOUND = 50  # keyphrases and questions per list: Ragas sets no number; this only stops a degenerate list
 ANSWERS = ("auto", "questions", "likelihood")
 # The tiny-judge mode's check: the embedded judge's likelihood verdict, bare prompt, at the two-axis threshold.
-LIKELIHOOD = VerdictStage("likelihood", "bare", False, 0, 2.0)
+LIKELIHOOD = VerdictStage("likelihood", "bare", False, 0, LIKELIHOOD_THRESHOLD)
 
 
 class SummaryScore(ScorerBase):
@@ -214,10 +215,10 @@ class SummaryScore(ScorerBase):
         """The tiny-judge mode: the text's key sentences, each checked against the summary by likelihood."""
         stages: dict[str, dict] = {}
         items = key_sentences(sample.source, self.key_sentences) or [" ".join(sample.source.split())[:2000]]
-        replies = yield [
-            r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)
-        ]
-        got = [LIKELIHOOD.read(replies[2 * i : 2 * i + 2], stages, f"ragas_answers.{i}") for i in range(len(items))]
+        replies = Replies(
+            (yield [r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)])
+        )
+        got = [LIKELIHOOD.read(replies.take(LIKELIHOOD.width), stages, f"ragas_answers.{i}") for i in range(len(items))]
         answers, p_yes = ["1" if g["verdict"] else "0" for g in got], [g["p"] for g in got]
         value = summary_score(
             answers, sample.source, sample.summary, length_penalty=self.length_penalty, coeff=self.coeff

@@ -8,19 +8,14 @@ computed in the decoding steps, beside the running rows (chunked prefill: no pas
 
 from __future__ import annotations
 
-import json
 import time
 
-from offline_sumscore.core.errors import Failure
-from offline_sumscore.core.schemas import max_json_chars
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local.features import EngineStats
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone, halves
 from offline_sumscore.engine.local.prefix_store import PrefixStore
 from offline_sumscore.engine.local.sampling import Sampler
 from offline_sumscore.engine.local.scheduler import Batch, Forming, Row, Scheduler, Unit
-
-MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
 
 
 def rows_for(judge, ready: list[tuple[int, StageRequest]]) -> list[Row]:
@@ -32,39 +27,27 @@ def rows_for(judge, ready: list[tuple[int, StageRequest]]) -> list[Row]:
     for (ticket, request), prompt, prompt_ids in zip(ready, prompts, ids):
         row = Row(ticket=ticket, request=request, prompt=prompt, prompt_ids=prompt_ids, cap=0, calls=len(ready))
         if request.continuation is not None:
-            _likelihood_row(row, tok, judge.context_length)
+            _likelihood_row(row, tok, judge)
         else:
-            _generating_row(row, judge.context_length)
+            _generating_row(row, judge)
         rows.append(row)
     return rows
 
 
-def _likelihood_row(row: Row, tok, context_length: int) -> None:
+def _likelihood_row(row: Row, tok, judge) -> None:
     # The continuation is tokenized on its own, as the reply it stands for would be generated.
     continuation = tok(row.request.continuation, add_special_tokens=False)["input_ids"]
     row.score_from = len(row.prompt_ids)
     row.prompt_ids = row.prompt_ids + continuation
-    if not continuation:
-        row.fail(Failure.SCHEMA, "a likelihood request needs a non-empty continuation")
-    elif len(row.prompt_ids) > context_length:
-        row.fail(
-            Failure.CONTEXT,
-            f"prompt and statement of {len(row.prompt_ids)} tokens exceed the judge's {context_length}-token "
-            "context; use a shorter text or a longer-context judge",
-        )
+    problem = judge.likelihood_problem(row.score_from, len(continuation))
+    if problem:
+        row.fail(*problem)
 
 
-def _generating_row(row: Row, context_length: int) -> None:
-    request = row.request
-    bound = request.max_new_tokens or (max_json_chars(json.loads(request.schema_json)) + 8)
-    room = context_length - len(row.prompt_ids)
-    row.cap = min(bound, room)
-    if room < MIN_ROOM:
-        row.fail(
-            Failure.CONTEXT,
-            f"prompt of {len(row.prompt_ids)} tokens leaves no room in the judge's {context_length}-token "
-            "context; use a shorter text or a longer-context judge",
-        )
+def _generating_row(row: Row, judge) -> None:
+    row.cap, problem = judge.output_cap(row.request, len(row.prompt_ids))
+    if problem:
+        row.fail(*problem)
 
 
 class Admission:

@@ -8,16 +8,15 @@ rows take their slots, so one long generation never holds a whole batch (iterati
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from offline_sumscore.core.errors import Failure, check_count
-from offline_sumscore.core.schemas import Likelihood, max_json_chars, parse_output
+from offline_sumscore.core.schemas import Likelihood, parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
-from offline_sumscore.engine import Engine, Feed, ListFeed
+from offline_sumscore.engine import Engine, Feed, run_as_stream
 from offline_sumscore.engine.grammar import BACKEND, GrammarCompiler
 from offline_sumscore.engine.judge import Judge
 from offline_sumscore.engine.local.admission import Admission, rows_for
@@ -128,26 +127,11 @@ class TransformersEngine(Engine):
         return self.features.continuous
 
     def spare_tokens(self, request: StageRequest) -> int:
-        """Context tokens left once the prompt and a realistic output allowance are in; negative: it does not fit.
-        The allowance is the schema's longest unescaped output at 3 characters a token (JSON text averages more).
-        """
-        tok = self.judge.tokenizer
-        prompt_ids = tok(self.judge.render(request.messages), add_special_tokens=False)["input_ids"]
-        if request.continuation is not None:
-            allowance = len(tok(request.continuation, add_special_tokens=False)["input_ids"])
-        else:
-            allowance = request.max_new_tokens or (
-                max_json_chars(json.loads(request.schema_json), escapes=False) // 3 + 8
-            )
-        return self.judge.context_length - len(prompt_ids) - allowance
+        return self.judge.spare_tokens(request)
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
-        if not requests:
-            return []
-        feed = ListFeed(requests)
-        self.stream(feed)
-        return feed.results
+        return run_as_stream(self, requests)
 
     def stream(self, feed: Feed) -> None:
         """Answer a stream: take what is ready, answer what finishes, after every step. A sample's next wave joins
