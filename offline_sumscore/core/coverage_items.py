@@ -88,6 +88,30 @@ def key_sentences(source: str, k: int) -> list[str]:
     return out
 
 
+# A summary written as a list or in markdown (as chat models write them): each item is its own claim, and neither
+# the marker nor the emphasis is part of it. Without this, "- A\n- B" was one claim "- A - B" whose every token the
+# judge weighed, markers included.
+_LINE_BREAK = re.compile(r"\n(?![ \t]*[a-z])")  # a line that goes on in lower case continues its sentence
+_LIST_MARKER = re.compile(r"^(?:[-*+•‣◦▪]|\d{1,3}[.)]|[a-z]\))\s+")
+_EMPHASIS = re.compile(r"\*\*|__")
+HEADING_MAX_WORDS = 6
+
+
+def summary_lines(summary: str) -> list[str]:
+    """The summary's lines as a writer meant them: a list item or paragraph each, its marker and markdown emphasis
+    taken off, whitespace collapsed; headings ("# Key points", "Key points:") dropped, since they state nothing."""
+    out = []
+    for line in _LINE_BREAK.split(summary):
+        text = " ".join(_EMPHASIS.sub("", line).split())
+        text = _LIST_MARKER.sub("", text)
+        if text.startswith("#") or (text.endswith(":") and len(text.split()) <= HEADING_MAX_WORDS):
+            continue
+        if text:
+            out.append(text)
+    return out
+
+
 def summary_sentences(summary: str) -> list[str]:
-    """The summary's sentences as claims (claims="sentences"), whitespace collapsed, empty ones dropped."""
-    return [text for text in (" ".join(s.split()) for s in sentences(summary)) if text]
+    """The summary's sentences as claims (claims="sentences"): the sentences of each of its lines (summary_lines),
+    whitespace collapsed, empty ones dropped."""
+    return [text for line in summary_lines(summary) for text in (" ".join(s.split()) for s in sentences(line)) if text]

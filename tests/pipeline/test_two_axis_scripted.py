@@ -155,6 +155,18 @@ def test_sentences_mode_judges_each_summary_sentence_and_asks_for_no_claims(scri
     assert r.settings["design.claims"] == "sentences"
 
 
+def test_a_list_summary_is_judged_item_by_item_without_its_heading_or_markers(scripted):
+    summary = "**Key points:**\n- Lindford will build a library\n- It will cost 5 million pounds on u.s. terms."
+    scripted.enqueue("support", "Yes", "No").enqueue("coverage", "Yes")
+    r = scorer_with(scripted, claims="sentences").score(SOURCE, summary, questions=["Q?"])
+    assert [c["claim"] for c in r.claims] == [
+        "Lindford will build a library",
+        "It will cost 5 million pounds on u.s. terms.",
+    ]
+    support = [q.messages for q in scripted.requests if q.stage == "support"]
+    assert len(support) == 2 and "Key points" not in json.dumps(support)  # the whole summary is only in coverage
+
+
 def test_key_sentences_mode_checks_the_sources_lead_sentences_against_the_summary(scripted):
     scripted.enqueue("claims", CLAIMS).enqueue("support", *SUPPORT).enqueue("coverage", "Yes", "No")
     r = scorer_with(scripted, coverage="key_sentences").score(SOURCE, SUMMARY)

@@ -48,3 +48,43 @@ def test_key_sentences_are_the_first_sentences_of_four_words_or_more():
 
 def test_summary_sentences_collapse_whitespace_and_drop_empty_ones():
     assert summary_sentences("One  fact.\n\nTwo facts here.  ") == ["One fact.", "Two facts here."]
+
+
+def test_a_list_summary_gives_a_claim_per_item_without_markers_emphasis_or_headings():
+    summary = (
+        "**Key points:**\n- Alice agreed to the **new** plan\n* Bob will send the report by Friday.\n"
+        "# Next steps\n1. The budget is 4 million. It starts in March\n2) Carol leads it"
+    )
+    assert summary_sentences(summary) == [
+        "Alice agreed to the new plan",
+        "Bob will send the report by Friday.",
+        "The budget is 4 million.",
+        "It starts in March",
+        "Carol leads it",
+    ]
+
+
+def test_a_line_that_goes_on_in_lower_case_continues_its_sentence():
+    assert summary_sentences("The council voted\nto build a library.\nIt opens in 2027.") == [
+        "The council voted to build a library.",
+        "It opens in 2027.",
+    ]
+    # a long line ending in a colon is a claim, not a heading
+    assert summary_sentences("The council named three reasons for the vote on Tuesday:") == [
+        "The council named three reasons for the vote on Tuesday:"
+    ]
+
+
+def test_an_abbreviation_ends_no_sentence_and_the_pieces_still_make_the_text():
+    from offline_sumscore.core.source_pieces import sentences
+
+    text = "A crash on u.s. highway 36 at 4:45 a.m. . Mr. Smith met J. K. Rowling. The U.S. economy grew. Rain fell."
+    assert "".join(sentences(text)) == text
+    assert [s.strip() for s in sentences(text)] == [
+        "A crash on u.s. highway 36 at 4:45 a.m. .",
+        "Mr. Smith met J. K. Rowling.",
+        "The U.S. economy grew.",
+        "Rain fell.",
+    ]
+    # lower-cased, tokenized summaries (FRANK's, SummEval's) still split at their periods
+    assert summary_sentences("the men left . she stayed (dr. who) .") == ["the men left .", "she stayed (dr. who) ."]
