@@ -21,7 +21,8 @@ Balanced accuracy and ROC AUC carry 95% bootstrap intervals that resample whole 
 The hosted judges' own agreement with humans on the same items is computed from the file and shown beside ours.
 
 Scoring goes through the same bulk run as `sumscore score` (offline_sumscore.runs.bulk.run_bulk): the rows land in
-benchmarks/results/runs/<name>/scores.jsonl, resumable, with the stage cache; a rerun only recomputes statistics.
+benchmarks/results/runs/<name>/scores.jsonl, resumable, with the stage cache; a rerun only recomputes statistics
+(and says how many rows it resumed); after a change to the product, --fresh scores every row again.
 Writes benchmarks/results/agreement_<data>_<metric>_<judge>.{md,json} and PNG plots beside them.
 """
 
@@ -191,9 +192,18 @@ def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], di
     scorer = cls(judge, cache=cache, batch_size=args.batch_size, **options)
     rows = list(scoring_rows(items, kind))
     run_dir.mkdir(parents=True, exist_ok=True)
+    if args.fresh:  # rows kept from an earlier run were scored by the code of that run
+        for kept in ("scores.jsonl", "cost.json"):
+            (run_dir / kept).unlink(missing_ok=True)
     started = time.perf_counter()
     report = run_bulk(rows, scorer, run_dir / "scores.jsonl", resume=True)
     seconds = time.perf_counter() - started
+    if report.resumed:
+        print(
+            f"{report.resumed} of {len(rows)} rows resumed from {run_dir / 'scores.jsonl'}, as an earlier run scored "
+            "them: pass --fresh to score them with the code as it is now",
+            file=sys.stderr,
+        )
     stages = [s for r in report.rows for s in r.get("stages", {}).values()]
     stacked = scorer.stacked_engine
     cost = {
@@ -614,6 +624,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--cache", default=None, help="stage cache path (default as for sumscore score)")
     ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--fresh", action="store_true", help="score every row again instead of resuming the run's rows")
     ap.add_argument("--max-questions", type=int, default=None, help="scorer option (default: the scorer's)")
     ap.add_argument("--max-claims", type=int, default=None, help="two-axis scorer option")
     ap.add_argument("--no-reason", action="store_true", help="two-axis: no reasons (far fewer tokens to decode)")
