@@ -31,7 +31,6 @@ import verdict_rules as vr  # noqa: E402
 
 from offline_sumscore.analysis.agreement import balanced_accuracy, bootstrap_interval, roc_auc, spearman  # noqa: E402
 from offline_sumscore.core import prompts  # noqa: E402
-from offline_sumscore.core.coverage_items import summary_sentences  # noqa: E402
 
 CANDIDATES = {
     "quote": "Quote one sentence stated in the article.",  # the product's
@@ -48,12 +47,7 @@ def summeval_rest() -> list[dict]:
 
     items = tp.jsonl("summeval_dev.jsonl")
     dev = {item["id"] for item in pick_documents(items, "summaries", 10, None, 0)}
-    out = []
-    for item in (item for item in items if item["id"] not in dev):
-        for k, sentence in enumerate(summary_sentences(item["summary"])):
-            out.append(dict(id=item["id"], k=k, doc_id=item["doc_id"], text=item["source"], statement=sentence))
-            out[-1]["consistency"] = item["human"]["consistency"]
-    return out
+    return tp.sentence_statements([item for item in items if item["id"] not in dev])
 
 
 SETS = {**tp.SETS, "summeval_rest": summeval_rest}
@@ -92,15 +86,12 @@ def load(name: str, set_name: str) -> list[dict] | None:
 
 
 def summary_spearman(statements: list[dict], rule) -> tuple[float, tuple[float, float] | None]:
-    by: dict[str, list] = {}
-    for s in statements:
-        by.setdefault(s["id"], [s["consistency"], s["doc_id"], []])[2].append(vr.sigmoid(rule(s) - vr.THRESHOLD))
-    rows = list(by.values())
-    x = [sum(r[2]) / len(r[2]) for r in rows]
-    y = [r[0] for r in rows]
-    value = spearman(x, y)
-    interval = bootstrap_interval(lambda idx: spearman([x[i] for i in idx], [y[i] for i in idx]), [r[1] for r in rows])
-    return value, interval
+    means = vr.summary_means(rule, statements)
+    x, y = [m["p"] for m in means], [m["consistency"] for m in means]
+    interval = bootstrap_interval(
+        lambda idx: spearman([x[i] for i in idx], [y[i] for i in idx]), [m["doc_id"] for m in means]
+    )
+    return spearman(x, y), interval
 
 
 def figures(name: str) -> dict:

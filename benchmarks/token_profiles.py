@@ -56,16 +56,20 @@ def frank_statements() -> list[dict]:
     return out
 
 
-def summeval_statements() -> list[dict]:
-    from agreement import pick_documents
-
-    items = pick_documents(jsonl("summeval_dev.jsonl"), "summaries", 10, None, 0)
+def sentence_statements(items: list[dict]) -> list[dict]:
+    """Every summary sentence of SummEval items vs its source, with the summary's expert consistency."""
     out = []
     for item in items:
         for k, sentence in enumerate(summary_sentences(item["summary"])):
             out.append(dict(id=item["id"], k=k, doc_id=item["doc_id"], text=item["source"], statement=sentence))
             out[-1]["consistency"] = item["human"]["consistency"]
     return out
+
+
+def summeval_statements() -> list[dict]:
+    from agreement import pick_documents
+
+    return sentence_statements(pick_documents(jsonl("summeval_dev.jsonl"), "summaries", 10, None, 0))
 
 
 def realsumm_statements() -> list[dict]:

@@ -102,16 +102,24 @@ def perturbation_figures(rule, statements: list[dict]) -> dict:
     return out
 
 
+def summary_means(rule, statements: list[dict]) -> list[dict]:
+    """Per SummEval summary: its sentences' mean P(yes) under rule (the product's soft alignment), its expert
+    consistency and its document."""
+    by: dict[str, dict] = {}
+    for s in statements:
+        entry = by.setdefault(s["id"], {"consistency": s["consistency"], "doc_id": s["doc_id"], "ps": []})
+        entry["ps"].append(sigmoid(rule(s) - THRESHOLD))
+    return [dict(e, p=sum(e["ps"]) / len(e["ps"])) for e in by.values()]
+
+
 def dataset_figures(rule, frank, summeval, realsumm) -> dict:
     out = {}
     for part in ("bbc", "cnndm"):
         mine = [s for s in frank if s["part"] == part]
         p = [sigmoid(rule(s) - THRESHOLD) for s in mine]
         out[f"FRANK {part} AUC"] = roc_auc([not s["error"] for s in mine], p)
-    by = {}
-    for s in summeval:
-        by.setdefault(s["id"], (s["consistency"], []))[1].append(sigmoid(rule(s) - THRESHOLD))
-    out["SummEval Spearman"] = spearman([sum(v[1]) / len(v[1]) for v in by.values()], [v[0] for v in by.values()])
+    means = summary_means(rule, summeval)
+    out["SummEval Spearman"] = spearman([m["p"] for m in means], [m["consistency"] for m in means])
     out["REALSumm BA"] = balanced_accuracy([s["present"] for s in realsumm], [rule(s) >= THRESHOLD for s in realsumm])
     return out
 
