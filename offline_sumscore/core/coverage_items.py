@@ -94,6 +94,7 @@ def key_sentences(source: str, k: int) -> list[str]:
 _LINE_BREAK = re.compile(r"\n(?![ \t]*[a-z])")  # a line that goes on in lower case continues its sentence
 _LIST_MARKER = re.compile(r"^(?:[-*+•‣◦▪]|\d{1,3}[.)]|[a-z]\))\s+")
 _EMPHASIS = re.compile(r"\*\*|__")
+_MARKDOWN_HEADING = re.compile(r"#{1,6}\s")  # "# Key points"; not "#MeToo grew", which states something
 HEADING_MAX_WORDS = 6
 
 
@@ -104,7 +105,7 @@ def summary_lines(summary: str) -> list[str]:
     for line in _LINE_BREAK.split(summary):
         text = " ".join(_EMPHASIS.sub("", line).split())
         text = _LIST_MARKER.sub("", text)
-        if text.startswith("#") or (text.endswith(":") and len(text.split()) <= HEADING_MAX_WORDS):
+        if _MARKDOWN_HEADING.match(text) or (text.endswith(":") and len(text.split()) <= HEADING_MAX_WORDS):
             continue
         if text:
             out.append(text)

@@ -69,6 +69,8 @@ def test_a_line_that_goes_on_in_lower_case_continues_its_sentence():
         "The council voted to build a library.",
         "It opens in 2027.",
     ]
+    # a hashtag opening a line is a claim, not a markdown heading
+    assert summary_sentences("## Summary\n#MeToo grew in 2017.") == ["#MeToo grew in 2017."]
     # a long line ending in a colon is a claim, not a heading
     assert summary_sentences("The council named three reasons for the vote on Tuesday:") == [
         "The council named three reasons for the vote on Tuesday:"
