@@ -77,15 +77,11 @@ def distinct_questions(questions: list[str]) -> tuple[list[str], list[dict]]:
 
 
 def key_sentences(source: str, k: int) -> list[str]:
-    """The source's first k sentences of at least KEY_SENTENCE_MIN_WORDS words, stripped."""
-    out = []
-    for sentence in sentences(source):
-        text = " ".join(sentence.split())
-        if len(text.split()) >= KEY_SENTENCE_MIN_WORDS:
-            out.append(text)
-            if len(out) == k:
-                break
-    return out
+    """The source's first k sentences of at least KEY_SENTENCE_MIN_WORDS words, stripped; a source with none that
+    long ("Sales rose. Costs fell.") gives its first k sentences as they are, so that it still has items."""
+    every = [text for text in (" ".join(sentence.split()) for sentence in sentences(source)) if text]
+    long_enough = [text for text in every if len(text.split()) >= KEY_SENTENCE_MIN_WORDS]
+    return (long_enough or every)[:k]
 
 
 # A summary written as a list or in markdown (as chat models write them): each item is its own claim, and neither

@@ -214,7 +214,7 @@ class SummaryScore(ScorerBase):
     def _likelihood_plan(self, sample: Sample) -> Plan:
         """The tiny-judge mode: the text's key sentences, each checked against the summary by likelihood."""
         stages: dict[str, dict] = {}
-        items = key_sentences(sample.source, self.key_sentences) or [" ".join(sample.source.split())[:2000]]
+        items = key_sentences(sample.source, self.key_sentences)  # never empty: a sample's source has text
         replies = Replies(
             (yield [r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)])
         )

@@ -44,6 +44,8 @@ def test_key_sentences_are_the_first_sentences_of_four_words_or_more():
     ]
     assert len(key_sentences(SOURCE, 10)) == 4  # every sentence, no more
     assert key_sentences("Short. Too short. This one has enough words.", 3) == ["This one has enough words."]
+    # a source of short sentences only still gives items: its sentences, not nothing (and not the text cut short)
+    assert key_sentences("Sales rose.  Costs   fell. Ok.", 2) == ["Sales rose.", "Costs fell."]
 
 
 def test_summary_sentences_collapse_whitespace_and_drop_empty_ones():
