@@ -170,7 +170,7 @@ the same for every candidate.
 Why the question was asked: "Quote one sentence stated in the article" asks for a copy, and an abstractive summary
 sentence is not one; FRANK's BBC/XSum sentences (abstractive) are where the embedded judge ranks worst. Reading:
 "Summarize the article in one sentence." ranks FRANK better in both collections, but SummEval's summaries worse on
-the development documents and on the 48 documents no choice looked at (0.368 -> 0.334), passes fewer paraphrase
+the development documents and on the 48 documents no choice looked at (0.371 -> 0.337), passes fewer paraphrase
 controls (99% -> 94%), and the same instruction without "in one sentence" loses on BBC/XSum (0.671): the FRANK
 gains hang on the wording and sit inside FRANK's intervals (BBC/XSum has 23 faithful sentences, CNN/DM 6 wrong
 ones). No candidate is better everywhere, and the quote instruction stays.

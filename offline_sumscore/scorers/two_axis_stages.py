@@ -132,7 +132,7 @@ CONFLICT_WEIGHT = 0.5
 CONFLICT_CONFIDENCE = 0.5  # the judge's probability of the other token, given the text, for a conflict
 LIKELIHOOD_RULE = (
     f"mean PMI + {CONFLICT_WEIGHT:g} x the PMI of the worst fact conflict "
-    f"(number for number, name for name, or a negation; p >= {CONFLICT_CONFIDENCE:g})"
+    f"(number for number, name for name, or a negation on one side; p >= {CONFLICT_CONFIDENCE:g})"
 )
 NEGATIONS = frozenset({"not", "n't", "never", "no", "nor", "cannot", "without"})
 
@@ -144,16 +144,28 @@ def fact_kind(text: str) -> str | None:
         return None
     if any(c.isdigit() for c in word):
         return "number"
-    if word.lower() in NEGATIONS:
+    if word.lower() in NEGATIONS or word.lower().endswith(("n't", "n’t")):
         return "negation"
     return "name" if word[0].isupper() else None
 
 
-def swaps_a_fact(token: str, expected: str) -> bool:
+def swaps_a_fact(written: str, expected: str) -> bool:
     """A number where the judge expected another number, a name where it expected another name, or a negation on
-    either side. A pronoun for a name, a word for a number: a paraphrase, not a swap."""
-    mine, theirs = fact_kind(token), fact_kind(expected)
-    return (mine is not None and mine == theirs) or "negation" in (mine, theirs)
+    one side only (the sense flips). A pronoun for a name, a word for a number, "n't" for "not": a paraphrase, not a
+    swap. `written` is the token with any contraction after it joined on (written_token)."""
+    mine, theirs = fact_kind(written), fact_kind(expected)
+    if "negation" in (mine, theirs):
+        return mine != theirs
+    return mine is not None and mine == theirs
+
+
+def written_token(tokens: list[str], at: int) -> str:
+    """Token `at` with the contraction the tokenizer cut off after it (' n' + "'t": " n't"; ' didn' + "'t"), so that
+    a tokenized "did n't" is read as the negation it is, not as the word "n"."""
+    word, end = tokens[at], at + 1
+    while end < len(tokens) and (tokens[end][:1] in "'’" or word[-1:] in "'’") and tokens[end][:1].strip():
+        word, end = word + tokens[end], end + 1
+    return word
 
 
 def word_around(tokens: list[str], at: int, instead: str) -> tuple[str, str]:
@@ -179,7 +191,11 @@ def typed_conflict(text: Likelihood, base: Likelihood) -> dict | None:
     for at, (token, lp, bp, expected, elp) in enumerate(rows):
         if expected.strip() == token.strip() or math.exp(elp) < CONFLICT_CONFIDENCE:
             continue
-        if swaps_a_fact(token, expected) and lp - bp < 0 and (worst is None or lp - bp < worst[1]):
+        if (
+            swaps_a_fact(written_token(text.token_texts, at), expected)
+            and lp - bp < 0
+            and (worst is None or lp - bp < worst[1])
+        ):
             worst = (at, lp - bp)
     if worst is None:
         return None

@@ -10,6 +10,7 @@ from offline_sumscore.scorers.two_axis_stages import (
     swaps_a_fact,
     typed_conflict,
     word_around,
+    written_token,
 )
 
 
@@ -55,7 +56,8 @@ def test_a_pronoun_for_a_name_or_a_synonym_is_no_conflict():
     assert not swaps_a_fact(" stated", " said")
     assert not swaps_a_fact(" two", " 2")  # a number written out
     assert swaps_a_fact(" 27", " 17") and swaps_a_fact(" Paris", " London")
-    assert swaps_a_fact(" not", " won") and swaps_a_fact(" won", " not")  # a negation on either side
+    assert swaps_a_fact(" not", " won") and swaps_a_fact(" won", " not")  # a negation on one side: the sense flips
+    assert not swaps_a_fact(" n't", " not") and not swaps_a_fact(" didn't", " not")  # the same negation, contracted
     tokens = [" and", " she", " won"]
     text, base = profile(tokens, [-0.5, -3.0, -0.1], [-2.0, -1.0, -4.0], [" and", " Marta", " won"], [0.9, 0.9, 0.9])
     assert typed_conflict(text, base) is None  # the text made "she" less likely than "Marta": still a paraphrase
@@ -65,6 +67,22 @@ def test_a_conflict_the_text_made_more_likely_does_not_count():
     tokens = [" 4", " million"]
     text, base = profile(tokens, [-1.0, -0.1], [-5.0, -3.0], [" 40", " million"], [0.6, 0.9])
     assert typed_conflict(text, base) is None  # " 4" is less expected than " 40", but the text raised it: PMI +4
+
+
+def test_a_contraction_the_tokenizer_cut_is_read_whole():
+    # "did n't" as a tokenized summary writes it: ' n' then "'t"; the judge expecting ' not' there is no swap
+    tokens = [" did", " n", "'t", " notice"]
+    assert written_token(tokens, 1) == " n't" and written_token(tokens, 0) == " did"
+    assert written_token([" isn", "\u2019", "t", " it"], 0) == " isn\u2019t"
+    assert written_token([" Roots", "'", " in"], 0) == " Roots'"
+    text, base = profile(
+        tokens,
+        [-0.2, -6.0, -0.1, -1.0],
+        [-2.0, -2.0, -3.0, -4.0],
+        [" did", " not", "'t", " notice"],
+        [0.9, 0.96, 0.9, 0.9],
+    )
+    assert typed_conflict(text, base) is None
 
 
 def test_word_around_joins_the_pieces_of_a_word():
