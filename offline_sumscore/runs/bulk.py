@@ -31,6 +31,7 @@ from offline_sumscore.core.durable import replace_file
 from offline_sumscore.core.errors import Failure, InputError, UsageError, check_count
 from offline_sumscore.core.results import FailedRow
 from offline_sumscore.core.samples import BadRow, Sample, checked_sample, source_hash
+from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE
 
 DEFAULT_CHUNK_SIZE = 32
 DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, few enough to keep the host queue short
@@ -271,6 +272,15 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
             )
             raise UsageError(
                 f"{path} was written with other settings ({what}); resume with the same options, or use a new -o"
+            )
+        # A likelihood verdict's rule is this code's, not an option: a row judged under another version's rule would
+        # sit beside new rows judged under this one, and they would not compare.
+        rule = (row.get("settings") or {}).get("design.likelihood_rule")
+        if rule is not None and rule != LIKELIHOOD_RULE:
+            raise UsageError(
+                f"{path}: the row {row['row_key']} (line {row.get('line')}) was judged under another likelihood rule "
+                f"({rule!r}; this version's is {LIKELIHOOD_RULE!r}); use a new -o, or drop --resume to rescore "
+                f"everything"
             )
         if redo_on_resume(row):
             continue

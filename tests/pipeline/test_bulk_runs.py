@@ -216,6 +216,18 @@ def test_resume_refuses_an_output_whose_rows_were_scored_from_other_content(tmp_
     assert result.exit_code == 2 and "was scored from different content than INPUT has now" in result.output
 
 
+def test_resume_refuses_rows_judged_under_another_versions_likelihood_rule(tmp_path, use_scripted):
+    feed(use_scripted, 1)
+    src, out = write_jsonl(tmp_path / "in.jsonl", [GOOD]), tmp_path / "out.jsonl"
+    assert CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet"]).exit_code == 0
+    row = json.loads(out.read_text())
+    row["settings"]["design.likelihood_rule"] = "mean PMI"  # as an older version wrote it
+    out.write_text(json.dumps(row) + "\n")
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out), "--quiet", "--resume"])
+    assert result.exit_code == 2 and "was judged under another likelihood rule ('mean PMI';" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_resume_of_a_finished_run_asks_the_judge_nothing(tmp_path, use_scripted):
     feed(use_scripted, 5)
     src, out = five_rows(tmp_path), tmp_path / "out.jsonl"
