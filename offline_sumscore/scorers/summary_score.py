@@ -193,6 +193,25 @@ class SummaryScore(ScorerBase):
         ]
         answers = [require(r, stages, f"ragas_answers.{i}").answer for i, r in enumerate(replies)]
         p_yes = [first_prob(r) for r in replies]
+        design = {"design.answers": "questions"}
+        return self._result(sample, keyphrases, questions, answers, p_yes, design, stages, source_pieces=len(pieces))
+
+    def _likelihood_plan(self, sample: Sample) -> Plan:
+        """The tiny-judge mode: the text's key sentences, each checked against the summary by likelihood."""
+        stages: dict[str, dict] = {}
+        items = key_sentences(sample.source, self.key_sentences)  # never empty: a sample's source has text
+        replies = Replies(
+            (yield [r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)])
+        )
+        got = [LIKELIHOOD.read(replies.take(LIKELIHOOD.width), stages, f"ragas_answers.{i}") for i in range(len(items))]
+        answers, p_yes = ["1" if g["verdict"] else "0" for g in got], [g["p"] for g in got]
+        design = {"design.answers": "likelihood", "design.likelihood_rule": LIKELIHOOD_RULE}
+        return self._result(sample, [], items, answers, p_yes, design, stages)
+
+    def _result(
+        self, sample: Sample, keyphrases, questions, answers, p_yes, design: dict, stages: dict, source_pieces: int = 1
+    ) -> SummaryScoreResult:
+        """The score from the answers (core.arithmetic.summary_score, pure), with every intermediate kept."""
         value = summary_score(
             answers, sample.source, sample.summary, length_penalty=self.length_penalty, coeff=self.coeff
         )
@@ -206,34 +225,7 @@ class SummaryScore(ScorerBase):
             answers=answers,
             answer_p_yes=p_yes,
             soft_qa=soft_score(p_yes),
-            source_pieces=len(pieces),
-            settings=dict(self.settings, **{"design.answers": "questions"}),
-            stages=stages,
-        )
-
-    def _likelihood_plan(self, sample: Sample) -> Plan:
-        """The tiny-judge mode: the text's key sentences, each checked against the summary by likelihood."""
-        stages: dict[str, dict] = {}
-        items = key_sentences(sample.source, self.key_sentences)  # never empty: a sample's source has text
-        replies = Replies(
-            (yield [r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)])
-        )
-        got = [LIKELIHOOD.read(replies.take(LIKELIHOOD.width), stages, f"ragas_answers.{i}") for i in range(len(items))]
-        answers, p_yes = ["1" if g["verdict"] else "0" for g in got], [g["p"] for g in got]
-        value = summary_score(
-            answers, sample.source, sample.summary, length_penalty=self.length_penalty, coeff=self.coeff
-        )
-        design = {"design.answers": "likelihood", "design.likelihood_rule": LIKELIHOOD_RULE}
-        return SummaryScoreResult(
-            id=sample.id,
-            score=value.score,
-            qa=value.qa,
-            conciseness=value.conciseness,
-            keyphrases=[],
-            questions=items,
-            answers=answers,
-            answer_p_yes=p_yes,
-            soft_qa=soft_score(p_yes),
+            source_pieces=source_pieces,
             settings=dict(self.settings, **design),
             stages=stages,
         )
