@@ -21,25 +21,38 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, spearman  # noqa: E402
-from offline_sumscore.scorers.two_axis_stages import fact_kind, swaps_a_fact, written_token  # noqa: E402
+from offline_sumscore.core.schemas import Likelihood  # noqa: E402
+from offline_sumscore.scorers.two_axis_stages import fact_kind, typed_conflict  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "results" / "runs"
 THRESHOLD = 2.0
 
 
-def conflicts(s: dict, confident: float, same_kind: bool) -> list[float]:
-    """PMIs of the tokens where the text makes the judge confident (p >= confident) of another token, and the swap
-    changes a fact: either side a number, a name or a negation (same_kind=False, the first rule tried), or the
-    product's swaps_a_fact (same_kind=True: number for number, name for name, or a negation on one side only)."""
-    out = []
+def worst_conflict(s: dict, confident: float, same_kind: bool) -> float:
+    """The PMI of the statement's worst fact conflict (0 where it has none with a negative PMI): a token where the
+    text makes the judge confident (p >= confident) of another token, and the swap changes a fact. same_kind=True is
+    the product's own typed_conflict (number for number, name for name, or a negation on one side only);
+    same_kind=False, the first rule tried: either side a number, a name or a negation."""
+    if same_kind:
+        text = Likelihood(
+            mean_logprob=0.0,
+            tokens=len(s["tokens"]),
+            token_texts=s["tokens"],
+            token_logprobs=s["logp"],
+            expected_texts=s["expected"],
+            expected_logprobs=s["expected_logp"],
+        )
+        base = Likelihood(mean_logprob=0.0, tokens=len(s["tokens"]), token_logprobs=s["base"])
+        conflict = typed_conflict(text, base, confident)
+        return conflict["pmi"] if conflict else 0.0
     rows = zip(s["tokens"], s["logp"], s["base"], s["expected"], s["expected_logp"])
-    for at, (tok, lp, bp, exp, elp) in enumerate(rows):
-        if exp.strip() == tok.strip() or math.exp(elp) < confident:
-            continue
-        if swaps_a_fact(written_token(s["tokens"], at), exp) if same_kind else (fact_kind(tok) or fact_kind(exp)):
-            out.append(lp - bp)
-    return out
+    pmis = [
+        lp - bp
+        for tok, lp, bp, exp, elp in rows
+        if exp.strip() != tok.strip() and math.exp(elp) >= confident and (fact_kind(tok) or fact_kind(exp))
+    ]
+    return min(0.0, min(pmis, default=0.0))
 
 
 def mean_pmi(s: dict) -> float:
@@ -61,7 +74,7 @@ def rule_low3(s):
 
 def rule_conflict(weight: float, confident: float = 0.5, same_kind: bool = True):
     def rule(s):
-        return mean_pmi(s) + weight * min(0.0, min(conflicts(s, confident, same_kind), default=0.0))
+        return mean_pmi(s) + weight * worst_conflict(s, confident, same_kind)
 
     rule.__name__ = f"mean + {weight} x {'same-kind' if same_kind else 'typed'} conflict (p >= {confident})"
     return rule

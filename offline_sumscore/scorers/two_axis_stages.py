@@ -180,16 +180,16 @@ def word_around(tokens: list[str], at: int, instead: str) -> tuple[str, str]:
     return (before + tokens[at] + after).strip(), (before + instead + after).strip()
 
 
-def typed_conflict(text: Likelihood, base: Likelihood) -> dict | None:
-    """The statement's worst fact conflict: a token where the text makes the judge confident (p >= 0.5) of another
-    token of the same kind (swaps_a_fact), and which the text made less likely than it is without it (negative PMI).
-    None where there is none (or the engine read no tokens: a scripted judge)."""
+def typed_conflict(text: Likelihood, base: Likelihood, confident: float = CONFLICT_CONFIDENCE) -> dict | None:
+    """The statement's worst fact conflict: a token where the text makes the judge confident (p >= confident, 0.5 in
+    the product) of another token of the same kind (swaps_a_fact), and which the text made less likely than it is
+    without it (negative PMI). None where there is none (or the engine read no tokens: a scripted judge)."""
     if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
         return None
     worst = None
     rows = zip(text.token_texts, text.token_logprobs, base.token_logprobs, text.expected_texts, text.expected_logprobs)
     for at, (token, lp, bp, expected, elp) in enumerate(rows):
-        if expected.strip() == token.strip() or math.exp(elp) < CONFLICT_CONFIDENCE:
+        if expected.strip() == token.strip() or math.exp(elp) < confident:
             continue
         if (
             swaps_a_fact(written_token(text.token_texts, at), expected)
