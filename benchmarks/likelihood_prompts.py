@@ -79,10 +79,7 @@ def profile_missing(names: list[str], sets: list[str]) -> None:
 
 
 def load(name: str, set_name: str) -> list[dict] | None:
-    path = OUT / name / f"token_profiles_{set_name}.json"
-    if not path.exists():
-        return None
-    return [s for s in json.loads(path.read_text())["statements"] if "logp" in s]
+    return vr.read_profiles(OUT / name / f"token_profiles_{set_name}.json")
 
 
 def summary_spearman(statements: list[dict], rule) -> tuple[float, tuple[float, float] | None]:

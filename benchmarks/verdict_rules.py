@@ -133,11 +133,19 @@ def sigmoid(x: float) -> float:
     return 1 / (1 + math.exp(-x))
 
 
+def read_profiles(path: Path) -> list[dict] | None:
+    """The profiled statements of a token_profiles file (those the engine failed have no "logp"); None: no file."""
+    if not path.exists():
+        return None
+    return [s for s in json.loads(path.read_text())["statements"] if "logp" in s]
+
+
 def load(name: str) -> list[dict]:
     path = RUNS / f"token_profiles_{name}.json"
-    if not path.exists():
+    statements = read_profiles(path)
+    if statements is None:
         raise SystemExit(f"{path} is missing: run benchmarks/token_profiles.py --sets {name}")
-    return [s for s in json.loads(path.read_text())["statements"] if "logp" in s]
+    return statements
 
 
 def perturbation_figures(rule, statements: list[dict]) -> dict:
@@ -215,8 +223,7 @@ def main() -> None:
     summeval, realsumm = load("summeval"), load("realsumm")
     # The 48 SummEval documents the development pick leaves out, profiled by benchmarks/likelihood_prompts.py under the
     # product's instruction: no rule was chosen on them. "-" where they have not been profiled.
-    rest = RUNS / "likelihood_prompts" / "quote" / "token_profiles_summeval_rest.json"
-    summeval_rest = [s for s in json.loads(rest.read_text())["statements"] if "logp" in s] if rest.exists() else []
+    summeval_rest = read_profiles(RUNS / "likelihood_prompts" / "quote" / "token_profiles_summeval_rest.json") or []
     for rule in OWN_THRESHOLD:
         rule.threshold = fit_threshold(rule, frank)
     report = {}
