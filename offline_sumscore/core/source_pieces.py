@@ -12,7 +12,17 @@ from collections.abc import Callable, Sequence
 
 # A sentence ends at . ! ? (or their CJK forms, or an ellipsis), after any closing quotes or brackets, before
 # whitespace; a blank line ends a paragraph. CJK full stops need no space after them.
+# In a text where two or more lines open with a speaker's label ("Alice: ...", "Speaker 2: ...", "[00:01:05] Dr. Lee:
+# ...", or email headers, "Subject: ..."), each such line starts a turn of its own: a transcript without sentence
+# punctuation was otherwise one sentence from first turn to last, and its coverage items the whole source checked as
+# one statement. A single line break alone ends nothing (a hard-wrapped article would be cut into fragments), nor
+# does one line that happens to open with "Word:".
+_SPEAKER_LABEL = (
+    r"[ \t]*(?:\[?\d{1,2}(?::\d{2}){1,2}\]?[ \t]+)?[A-Z][\w.'’-]*(?:[ \t]+(?:[A-Z][\w.'’-]*|\d+)){0,2}:[ \t]"
+)
+_SPEAKER_LINE = re.compile("^" + _SPEAKER_LABEL, re.MULTILINE)
 _BOUNDARY = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+|(?<=[。！？])\s*|\n\s*\n")
+_BOUNDARY_OR_TURN = re.compile(_BOUNDARY.pattern + r"|\n(?=" + _SPEAKER_LABEL + ")")
 
 
 # A period that ends an abbreviation ends no sentence: "u.s. highway 36", "4:45 a.m. on", "Mr. Smith", "J. K. Rowling".
@@ -32,7 +42,8 @@ def _ends_an_abbreviation(text: str, at: int) -> bool:
 def sentences(text: str) -> list[str]:
     """Pieces of text that concatenate back to it exactly, each ending at a sentence boundary."""
     out, start = [], 0
-    for m in _BOUNDARY.finditer(text):
+    turns = len(_SPEAKER_LINE.findall(text)) >= 2
+    for m in (_BOUNDARY_OR_TURN if turns else _BOUNDARY).finditer(text):
         if text[m.start() - 1 : m.start()] == "." and _ends_an_abbreviation(text, m.start()):
             continue
         if m.end() > start:

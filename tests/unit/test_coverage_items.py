@@ -92,3 +92,23 @@ def test_an_abbreviation_ends_no_sentence_and_the_pieces_still_make_the_text():
     ]
     # lower-cased, tokenized summaries (FRANK's, SummEval's) still split at their periods
     assert summary_sentences("the men left . she stayed (dr. who) .") == ["the men left .", "she stayed (dr. who) ."]
+
+
+def test_a_transcript_without_sentence_punctuation_is_split_at_its_speaker_turns():
+    from offline_sumscore.core.source_pieces import sentences
+
+    transcript = (
+        "Alice: thanks everyone for joining\nBob: hi\nAlice: the budget is four million and we start in march\n"
+        "[00:01:05] Dr. Lee: I will send the report\nby friday\nSpeaker 2: that works for the whole team"
+    )
+    assert "".join(sentences(transcript)) == transcript
+    assert key_sentences(transcript, 3) == [
+        "Alice: thanks everyone for joining",
+        "Alice: the budget is four million and we start in march",
+        "[00:01:05] Dr. Lee: I will send the report by friday",  # a wrapped line stays in its turn
+    ]
+    # one line that happens to open with "Word:" in an article is no transcript: a single line break ends nothing
+    article = "The council met on Tuesday and said\nNothing: more would be added before the vote."
+    assert [s.strip() for s in sentences(article)] == [
+        "The council met on Tuesday and said\nNothing: more would be added before the vote."
+    ]
