@@ -26,9 +26,14 @@ from offline_sumscore.scorers import METRICS
 
 
 def evidence_text(e: dict) -> str:
-    """A likelihood verdict's weakest token, as a person reads it."""
+    """A likelihood verdict's weakest token, as a person reads it: its word, and the token where the word holds more
+    than it (a bare ' ' before "4" says little alone)."""
     expected = f"; given the source the judge expected {e['expected']!r} (p {e['p_expected']:.2f})"
-    return f"{e['token']!r} (PMI {e['pmi']:+.1f} nats, p {e['p']:.2f}{expected if e['expected'] != e['token'] else ''})"
+    word = e.get("word", e["token"].strip())
+    token = f"token {e['token']!r}, " if word != e["token"].strip() else ""
+    return (
+        f"{word!r} ({token}PMI {e['pmi']:+.1f} nats, p {e['p']:.2f}{expected if e['expected'] != e['token'] else ''})"
+    )
 
 
 @main.command()
@@ -126,7 +131,7 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                                 f"{c['expected_word']!r} (p {c['p_expected']:.2f}); PMI {c['pmi']:+.1f} nats there"
                             )
                         elif claim.get("evidence"):
-                            click.echo(f"               weakest token {evidence_text(claim['evidence'])}")
+                            click.echo(f"               weakest word {evidence_text(claim['evidence'])}")
                     for item, verdict in zip(row["questions"], row["coverage_verdicts"]):
                         click.echo(
                             f"      coverage {'covered    ' if verdict['answered'] else 'MISSED     '} "

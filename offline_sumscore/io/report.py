@@ -103,6 +103,7 @@ table{border-collapse:collapse;width:100%}
 td,th{border-bottom:1px solid #eee;padding:.35rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f6f6}.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00020}.ok{color:#1b5e20}
 mark.conflict{background:#ffd6d6;border-bottom:2px solid #b00020}
+mark.weakest{background:none;border-bottom:2px dotted #b00020}
 .axis{stroke:#444;stroke-width:1}.diag{stroke:#bbb;stroke-dasharray:4 3}.dot{fill:#1f77b4;fill-opacity:.65}
 .bar{fill:#1f77b4}.label,.label-left{font-size:12px;fill:#333}.label{text-anchor:middle}.tick,.tick-left{font-size:10px;fill:#555}
 .tick{text-anchor:middle}dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem}dt{font-weight:600}
@@ -119,15 +120,23 @@ def _p(value) -> str:
     return "" if value is None else f" <small>P={value:.2f}</small>"
 
 
-def _marked(text: str, entry: dict) -> str:
+def _marked(text: str, entry: dict, failed: bool) -> str:
     """The statement, escaped, with the word behind its likelihood verdict marked: a fact conflict, where the text
-    made the judge expect another word (its title says which), and a note after it."""
-    shown, c = html.escape(text), entry.get("conflict")
-    if not c:
+    made the judge expect another word (its title says which), and a note after it. A failed verdict without a
+    conflict (its mean PMI fell short) gets its weakest word marked more lightly: no single word set that verdict,
+    but it is where the text explains the statement least."""
+    shown, c, e = html.escape(text), entry.get("conflict"), entry.get("evidence")
+    if c:
+        word, kind = html.escape(c["word"]), "conflict"
+        note = f"the text makes the judge expect &#39;{html.escape(c['expected_word'])}&#39; (p {c['p_expected']:.2f})"
+    elif failed and e and e.get("word"):
+        word, kind = html.escape(e["word"]), "weakest"
+        note = f"the word the text explains least (PMI {e['pmi']:+.1f} nats)"
+        if e["expected"].strip() not in ("", e["token"].strip()):  # a space expected says nothing worth showing
+            note += f"; the judge expected &#39;{html.escape(e['expected'].strip())}&#39; (p {e['p_expected']:.2f})"
+    else:
         return shown
-    word, expected = html.escape(c["word"]), html.escape(c["expected_word"])
-    note = f"the text makes the judge expect &#39;{expected}&#39; (p {c['p_expected']:.2f})"
-    mark = f'<mark class="conflict" title="{note}">{word}</mark>'
+    mark = f'<mark class="{kind}" title="{note}">{word}</mark>'
     shown = re.sub(rf"(?<!\w){re.escape(word)}(?!\w)", lambda _: mark, shown, count=1)
     return shown + f" <small>(&#39;{word}&#39;: {note})</small>"
 
@@ -137,13 +146,13 @@ def _verdicts(row: dict) -> str:
     for c in row.get("claims") or []:
         mark = '<span class="ok">supported</span>' if c.get("supported") else '<span class="bad">unsupported</span>'
         out.append(
-            f"<li>{mark}{_p(c.get('p_supported'))}: {_marked(c.get('claim', ''), c)}"
+            f"<li>{mark}{_p(c.get('p_supported'))}: {_marked(c.get('claim', ''), c, not c.get('supported'))}"
             + (f" <small>({html.escape(c['reason'])})</small>" if c.get("reason") else "")
             + "</li>"
         )
     for q, v in zip(row.get("questions") or [], row.get("coverage_verdicts") or []):
         mark = '<span class="ok">answered</span>' if v.get("answered") else '<span class="bad">missed</span>'
-        out.append(f"<li>{mark}{_p(v.get('p_answered'))}: {_marked(q, v)}</li>")
+        out.append(f"<li>{mark}{_p(v.get('p_answered'))}: {_marked(q, v, not v.get('answered'))}</li>")
     for q, a in zip(row.get("questions") or [], row.get("answers") or []):
         if "coverage_verdicts" not in row:
             mark = '<span class="ok">answered</span>' if a == "1" else '<span class="bad">missed</span>'

@@ -215,14 +215,18 @@ def typed_conflict(text: Likelihood, base: Likelihood, confident: float = CONFLI
 
 def weakest_token(text: Likelihood, base: Likelihood) -> dict | None:
     """The statement's token that the text made least likely against the judge's expectation without it (the
-    lowest pointwise mutual information), with the token the judge expected most there given the text: the words
-    behind a likelihood verdict. None where the engine read no tokens (a scripted judge)."""
+    lowest pointwise mutual information), the whole word it is part of, and the token the judge expected most there
+    given the text: the words behind a likelihood verdict. None where the engine read no tokens (a scripted judge)."""
     if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
         return None
     pmis = [a - b for a, b in zip(text.token_logprobs, base.token_logprobs)]
     at = min(range(len(pmis)), key=pmis.__getitem__)
+    token = text.token_texts[at]
+    # A piece of a word is named by its word, a bare ' ' by the word it opens ("4"); punctuation stands for itself.
+    punctuation = token.strip() and not any(ch.isalnum() for ch in token)
     return {
-        "token": text.token_texts[at],
+        "token": token,
+        "word": token.strip() if punctuation else word_around(text.token_texts, at, text.expected_texts[at])[0],
         "at": at,
         "pmi": round(pmis[at], 3),
         "p": round(math.exp(text.token_logprobs[at]), 4),

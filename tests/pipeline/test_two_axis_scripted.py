@@ -354,6 +354,20 @@ def test_a_likelihood_verdict_names_its_weakest_token_with_what_the_judge_expect
     e = weakest_token(text, base)
     assert e["token"] == " lost" and e["at"] == 1 and e["pmi"] == -1.7 and e["expected"] == " won"
     assert e["p_expected"] == 0.9802 and weakest_token(text, Likelihood(mean_logprob=-1, tokens=3)) is None
+    assert e["word"] == "lost"
+    # a bare space token (SmolLM2 writes " 4" as ' ' + '4') is named by the word it opens
+    spaced = Likelihood(
+        mean_logprob=-1.0,
+        tokens=4,
+        token_texts=["It", " cost", " ", "4"],
+        token_logprobs=[-0.1, -0.2, -7.0, -0.1],
+        expected_texts=["It", " cost", " four", "4"],
+        expected_logprobs=[-0.1, -0.1, -0.5, -0.1],
+    )
+    e = weakest_token(spaced, Likelihood(mean_logprob=-1.0, tokens=4, token_logprobs=[-1.0, -1.0, -1.0, -1.0]))
+    assert (e["token"], e["word"]) == (" ", "4")
+    ended = Likelihood(**{**spaced.model_dump(), "token_texts": ["It", " cost", ".", " 4"]})
+    assert weakest_token(ended, Likelihood(mean_logprob=-1.0, tokens=4, token_logprobs=[-1.0] * 4))["word"] == "."
 
 
 def test_score_many_shows_a_progress_bar_when_asked(scripted, capsys):
