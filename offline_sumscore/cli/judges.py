@@ -26,8 +26,8 @@ from offline_sumscore.scorers import METRICS
 
 
 def evidence_text(e: dict) -> str:
-    """A likelihood verdict's weakest token, as a person reads it: its word, and the token where the word holds more
-    than it (a bare ' ' before "4" says little alone)."""
+    """A likelihood verdict's weakest token, as a person reads it: the word it is part of, and the token itself
+    where that is less than the word (a bare ' ' before "4" says little alone)."""
     expected = f"; given the source the judge expected {e['expected']!r} (p {e['p_expected']:.2f})"
     word = e.get("word", e["token"].strip())
     token = f"token {e['token']!r}, " if word != e["token"].strip() else ""
