@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from offline_sumscore.core.source_pieces import sentences
+from offline_sumscore.core.source_pieces import is_transcript, sentences, without_speaker
 
 DUPLICATE_JACCARD = 0.8
 KEY_SENTENCE_MIN_WORDS = 4
@@ -78,8 +78,14 @@ def distinct_questions(questions: list[str]) -> tuple[list[str], list[dict]]:
 
 def key_sentences(source: str, k: int) -> list[str]:
     """The source's first k sentences of at least KEY_SENTENCE_MIN_WORDS words, stripped; a source with none that
-    long ("Sales rose. Costs fell.") gives its first k sentences as they are, so that it still has items."""
-    every = [text for text in (" ".join(sentence.split()) for sentence in sentences(source)) if text]
+    long ("Sales rose. Costs fell.") gives its first k sentences as they are, so that it still has items. A
+    transcript's sentences are taken without their speaker labels, which the judge would otherwise look for in the
+    summary (on a 6-turn call, "Alice: the budget ... is four million dollars" against a summary that states it:
+    1.83 nats per token with the label, 2.50 without)."""
+    pieces = sentences(source)
+    if is_transcript(source):
+        pieces = [without_speaker(piece) for piece in pieces]
+    every = [text for text in (" ".join(piece.split()) for piece in pieces) if text]
     long_enough = [text for text in every if len(text.split()) >= KEY_SENTENCE_MIN_WORDS]
     return (long_enough or every)[:k]
 

@@ -39,11 +39,23 @@ def _ends_an_abbreviation(text: str, at: int) -> bool:
     return bool(before) and _ABBREVIATION.fullmatch(before[-1].lstrip("\"'“‘([")) is not None
 
 
+def is_transcript(text: str) -> bool:
+    """Whether two or more of the text's lines open with a speaker's label (_SPEAKER_LINE)."""
+    return len(_SPEAKER_LINE.findall(text)) >= 2
+
+
+def without_speaker(sentence: str) -> str:
+    """A transcript's sentence without the speaker's label that opens it ("Alice: the budget is ..." -> "the budget
+    is ..."): the label is the transcript's markup, not something a summary restates."""
+    text = sentence.lstrip()
+    label = _SPEAKER_LINE.match(text)
+    return text[label.end() :] if label else text
+
+
 def sentences(text: str) -> list[str]:
     """Pieces of text that concatenate back to it exactly, each ending at a sentence boundary."""
     out, start = [], 0
-    turns = len(_SPEAKER_LINE.findall(text)) >= 2
-    for m in (_BOUNDARY_OR_TURN if turns else _BOUNDARY).finditer(text):
+    for m in (_BOUNDARY_OR_TURN if is_transcript(text) else _BOUNDARY).finditer(text):
         if text[m.start() - 1 : m.start()] == "." and _ends_an_abbreviation(text, m.start()):
             continue
         if m.end() > start:

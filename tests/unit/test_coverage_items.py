@@ -94,7 +94,7 @@ def test_an_abbreviation_ends_no_sentence_and_the_pieces_still_make_the_text():
     assert summary_sentences("the men left . she stayed (dr. who) .") == ["the men left .", "she stayed (dr. who) ."]
 
 
-def test_a_transcript_without_sentence_punctuation_is_split_at_its_speaker_turns():
+def test_a_transcript_without_sentence_punctuation_is_split_at_its_speaker_turns_and_checked_without_labels():
     from offline_sumscore.core.source_pieces import sentences
 
     transcript = (
@@ -102,13 +102,17 @@ def test_a_transcript_without_sentence_punctuation_is_split_at_its_speaker_turns
         "[00:01:05] Dr. Lee: I will send the report\nby friday\nSpeaker 2: that works for the whole team"
     )
     assert "".join(sentences(transcript)) == transcript
+    # each turn a key sentence, without its speaker's label (the summary is not asked to restate "Alice:")
     assert key_sentences(transcript, 3) == [
-        "Alice: thanks everyone for joining",
-        "Alice: the budget is four million and we start in march",
-        "[00:01:05] Dr. Lee: I will send the report by friday",  # a wrapped line stays in its turn
+        "thanks everyone for joining",
+        "the budget is four million and we start in march",
+        "I will send the report by friday",  # a wrapped line stays in its turn
     ]
     # one line that happens to open with "Word:" in an article is no transcript: a single line break ends nothing
     article = "The council met on Tuesday and said\nNothing: more would be added before the vote."
     assert [s.strip() for s in sentences(article)] == [
         "The council met on Tuesday and said\nNothing: more would be added before the vote."
+    ]
+    assert key_sentences(article, 1) == [
+        "The council met on Tuesday and said Nothing: more would be added before the vote."
     ]
