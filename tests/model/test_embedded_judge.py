@@ -269,3 +269,23 @@ def test_calibrate_on_the_real_judge_picks_a_threshold_between_its_rows(judge, t
     c = run.calibration
     assert c.rows == 3 and c.consistent == 2 and run.judge["identity"] == judge.identity and run.failed == 0
     assert -20 < c.threshold < 20 and 0.5 <= c.balanced_accuracy <= 1.0
+
+
+def test_a_transcripts_coverage_items_are_its_turns_without_labels_and_the_stated_one_is_covered(judge):
+    """A call transcript without sentence punctuation: each turn of 4+ words is a key sentence, without its speaker's
+    label; the turn the summary states is covered, the greeting it leaves out is not."""
+    transcript = (
+        "Alice: thanks everyone for joining today\nBob: hi all\n"
+        "Alice: the budget for the new warehouse is four million dollars\n"
+        "Carol: I will send the permit request to the council by friday"
+    )
+    summary = "The budget for the new warehouse is four million dollars. Carol will send the permit request by Friday."
+    r = SummarizationScorer(judge).score(transcript, summary)
+    assert r.questions == [
+        "thanks everyone for joining today",
+        "the budget for the new warehouse is four million dollars",
+        "I will send the permit request to the council by friday",
+    ]
+    greeting, budget, permit = r.coverage_verdicts
+    assert budget["answered"] and permit["answered"] and not greeting["answered"]
+    assert min(budget["pmi"], permit["pmi"]) > greeting["pmi"] + 2  # measured: 3.3 and 2.5 against -0.5 nats
