@@ -13,7 +13,8 @@ dropped with a reason, and the reason is kept in the row:
 Key sentences (coverage without questions, FineSurE-style: each is checked against the summary as a statement):
 the source's first sentences of at least 4 words. Chosen by measurement on SummEval with the embedded judge
 (10 documents, 120 summaries; Spearman of soft coverage with expert relevance): the first 5 sentences 0.33, every
-sentence 0.005. News puts its key facts first; for other genres give questions or key facts instead.
+sentence 0.005. News puts its key facts first; for other genres give questions or key facts instead. A transcript's
+sentences are its turns (source_pieces.is_transcript), taken without their speaker labels.
 """
 
 from __future__ import annotations
