@@ -10,9 +10,11 @@ lists named below), `judges` (judge -> name -> number), and optionally `doc_id` 
 `<set>:<doc>:<system>`, else the id). Three kinds of file are recognised by their fields:
   scores    (SummEval and any file of numeric scores): correlations of our scores with every human score and every
             hosted judge's score, dataset level and summary level, with bootstrap intervals over documents;
-  sentences (FRANK: `sentences`, human.sentence_error_majority): each sentence is judged as its own summary, so
-            our sentence verdict is "every claim supported"; balanced accuracy and kappa at sentence and summary
-            level against humans and against the hosted judge;
+  sentences (FRANK: `sentences`, human.sentence_error_majority): where the scorer's claims are the summary's
+            sentences, the whole summary is scored, as the product scores it, and each FRANK sentence takes the
+            claims that lie in it (or the one that holds it, where FRANK split inside a quote); with atomic claims,
+            each sentence is judged as its own summary. Our sentence verdict is "every claim supported"; balanced
+            accuracy and kappa at sentence and summary level against humans and against the hosted judge;
   keyfacts  (REALSumm: `keyfacts`, human.keyfact_present_majority): the key facts are given to the scorer as
             key_facts (statements checked against the summary, FineSurE-style), so our verdict per fact is "the
             summary supports it"; balanced accuracy and kappa per fact, and correlations of coverage with human
@@ -144,13 +146,17 @@ def pick_documents(items: list[dict], kind: str, documents: int | None, limit: i
 
 
 # -- scoring: the bulk run, one row per item (per sentence for FRANK) ----------------------------------------
-def scoring_rows(items: list[dict], kind: str):
+def scoring_rows(items: list[dict], kind: str, whole_summaries: bool = True):
+    """whole_summaries (kind "sentences"): one row per summary, whose claims are its sentences; else one row per
+    sentence (atomic claims cannot be told apart by sentence)."""
     from offline_sumscore.core.samples import Sample, judged_hash
 
     for item in items:
         if kind == "sentences":
             # Sentence rows need no coverage (only alignment is compared): an empty key-fact list skips it.
             units = [(f"{item['id']}#s{k}", sentence, ()) for k, sentence in enumerate(item["sentences"])]
+            if whole_summaries:
+                units = [(item["id"], item["summary"], ())]
         elif kind == "keyfacts":
             units = [(item["id"], item["summary"], tuple(item["keyfacts"]))]
         else:
@@ -190,7 +196,10 @@ def score(items, kind, metric, args, run_dir: Path) -> tuple[dict[str, dict], di
     if kind == "keyfacts" and metric == "two-axis":
         options["max_questions"] = max(len(i["keyfacts"]) for i in items)  # every key fact is asked
     scorer = cls(judge, cache=cache, batch_size=args.batch_size, **options)
-    rows = list(scoring_rows(items, kind))
+    # A sentence asked alone is a one-sentence summary, which a likelihood verdict asks differently from a sentence
+    # of a longer one: score whole summaries where the claims are their sentences.
+    whole = kind == "sentences" and metric == "two-axis" and scorer.design["claims"] == "sentences"
+    rows = list(scoring_rows(items, kind, whole_summaries=whole))
     run_dir.mkdir(parents=True, exist_ok=True)
     if args.fresh:  # rows kept from an earlier run were scored by the code of that run
         for kept in ("scores.jsonl", "cost.json"):
@@ -312,6 +321,35 @@ def compare_binary(human, ours, hosted, docs, args, *, on_hosted_items: bool = T
     return out
 
 
+def sentence_rows(item: dict, rows: dict[str, dict]) -> list[dict]:
+    """Per FRANK sentence, a row of its own: alignment, soft_alignment and claims (or error), as a row per sentence
+    has them. From a whole summary's row, each sentence takes the claims that lie in it, or the claim that holds it
+    (FRANK split two summaries inside a quote, where the product does not); raises if a sentence has none."""
+    whole = rows.get(item["id"])
+    if whole is None:
+        return [rows.get(f"{item['id']}#s{k}") or {} for k in range(len(item["sentences"]))]
+    if whole.get("error"):
+        return [whole] * len(item["sentences"])
+
+    def flat(text: str) -> str:
+        return " ".join(text.split())
+
+    out = []
+    for k, sentence in enumerate(item["sentences"]):
+        mine = [c for c in whole["claims"] if flat(c["claim"]) in flat(sentence) or flat(sentence) in flat(c["claim"])]
+        if not mine:
+            raise ValueError(f"{item['id']}: no claim lies in FRANK's sentence {k}: {sentence!r}")
+        p = [c["p_supported"] for c in mine]
+        out.append(
+            {
+                "alignment": sum(c["supported"] for c in mine) / len(mine),
+                "soft_alignment": None if None in p else sum(p) / len(p),
+                "claims": mine,
+            }
+        )
+    return out
+
+
 def sentences_report(items, rows, args) -> dict:
     human_s, judge_s, ours_s, p_s, docs_s, parts_s = [], [], [], [], [], []
     human_sum, judge_sum, ours_sum, p_sum = [], [], [], []
@@ -322,8 +360,7 @@ def sentences_report(items, rows, args) -> dict:
         verdict = (item["judges"].get(judge_name) or {}) if judge_name else {}
         theirs = verdict.get("sentence_error")
         mine, mine_p, weakest = [], [], []
-        for k in range(len(item["sentences"])):
-            row = rows.get(f"{item['id']}#s{k}") or {}
+        for row in sentence_rows(item, rows):
             mine.append(None if row.get("error") or row.get("alignment") is None else row["alignment"] < 1)
             mine_p.append(row.get("soft_alignment"))
             weakest += [c.get("p_supported") for c in row.get("claims") or []] or [None]

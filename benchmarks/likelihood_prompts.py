@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -33,11 +34,12 @@ from offline_sumscore.analysis.agreement import balanced_accuracy, bootstrap_int
 from offline_sumscore.core import prompts  # noqa: E402
 
 CANDIDATES = {
-    "quote": "Quote one sentence stated in the article.",  # the product's
-    "summary": "Summarize the article in one sentence.",
+    "quote": "Quote one sentence stated in the article.",  # the product's, for a sentence of a longer summary
+    "summary": "Summarize the article in one sentence.",  # the product's, for a summary of one sentence
     "true": "Write one sentence that is true according to the article.",
     "summary-no-length": "Summarize the article.",
 }
+PRODUCT = "product"  # a summary of one sentence asked as "summary", every other statement as "quote"
 OUT = HERE / "results" / "runs" / "likelihood_prompts"
 
 
@@ -58,10 +60,11 @@ def profile_missing(names: list[str], sets: list[str]) -> None:
     from offline_sumscore.engine.local import TransformersEngine
 
     engine = None
-    kept = prompts.LIKELIHOOD_INSTRUCTION
+    kept = prompts.LIKELIHOOD_INSTRUCTION, prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION
     try:
         for name in names:
-            prompts.LIKELIHOOD_INSTRUCTION = CANDIDATES[name]
+            # Every statement asked with the candidate, a summary of one sentence too.
+            prompts.LIKELIHOOD_INSTRUCTION = prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION = CANDIDATES[name]
             for set_name in sets:
                 path = OUT / name / f"token_profiles_{set_name}.json"
                 if path.exists():
@@ -75,10 +78,15 @@ def profile_missing(names: list[str], sets: list[str]) -> None:
                 path.write_text(json.dumps({"set": set_name, "seconds": seconds, "statements": statements}) + "\n")
                 print(f"{name} / {set_name}: {len(statements)} statements in {seconds:.0f} s", flush=True)
     finally:
-        prompts.LIKELIHOOD_INSTRUCTION = kept
+        prompts.LIKELIHOOD_INSTRUCTION, prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION = kept
 
 
 def load(name: str, set_name: str) -> list[dict] | None:
+    if name == PRODUCT:
+        quote, summary = load("quote", set_name), load("summary", set_name)
+        if set_name in ("realsumm", "perturbations") or not (quote and summary):
+            return quote  # key facts are coverage statements, and a perturbed sentence a claim: quotes
+        return vr.as_product(quote, summary)
     return vr.read_profiles(OUT / name / f"token_profiles_{set_name}.json")
 
 
@@ -93,7 +101,11 @@ def summary_spearman(statements: list[dict], rule) -> tuple[float, tuple[float, 
 
 def figures(name: str) -> dict:
     rule = vr.RULES[vr.CHOSEN]
-    out: dict = {"instruction": CANDIDATES[name]}
+    out: dict = {
+        "instruction": CANDIDATES.get(
+            name, "The product: a summary of one sentence as the second, others as the first."
+        )
+    }
     frank = load(name, "frank")
     if frank:
         for part in ("bbc", "cnndm"):
@@ -118,6 +130,47 @@ def figures(name: str) -> dict:
         for part in ("summeval", "frank"):
             out[f"perturbations {part} lowest pairwise"] = min(f[f"{part} {t}"] for t in vr.TYPES if f"{part} {t}" in f)
             out[f"perturbations {part} paraphrases pass"] = f[f"{part} paraphrase pass"]
+    return out
+
+
+def paired_gain(rule, better: str, than: str, part: str, resamples: int = 2000) -> dict:
+    """FRANK part's ROC AUC under instruction better less under than, on the same sentences, with its 95% interval
+    and the share of resamples of whole documents where it is above 0."""
+    a, b = load(better, "frank"), load(than, "frank")
+    a, b = [s for s in a if s["part"] == part], [s for s in b if s["part"] == part]
+    assert [s["statement"] for s in a] == [s["statement"] for s in b]
+    labels, x, y = [not s["error"] for s in a], [rule(s) for s in a], [rule(s) for s in b]
+    seen: list[float] = []
+
+    def gain(idx) -> float | None:
+        mine = [labels[i] for i in idx]
+        if all(mine) or not any(mine):
+            return None
+        seen.append(roc_auc(mine, [x[i] for i in idx]) - roc_auc(mine, [y[i] for i in idx]))
+        return seen[-1]
+
+    interval = bootstrap_interval(gain, [s["id"].split(":")[1] for s in a], resamples=resamples, seed=0)
+    return {
+        "gain": roc_auc(labels, x) - roc_auc(labels, y),
+        "interval": interval,
+        "above": sum(g > 0 for g in seen) / len(seen),
+    }
+
+
+def one_sentence_summaries(rule) -> dict:
+    """SummEval's summaries of one sentence (the only ones outside FRANK here), Spearman with expert consistency of
+    each, asked as a quote and as a one-sentence summary: the product's split put to data it was not chosen on."""
+    out = {}
+    for set_name in ("summeval", "summeval_rest"):
+        for name in ("quote", "summary"):
+            statements = load(name, set_name) or []
+            sentences = Counter(s["id"] for s in statements)
+            means = vr.summary_means(rule, [s for s in statements if sentences[s["id"]] == 1])
+            if len(means) > 2:
+                out[f"{set_name} {name}"] = (
+                    spearman([m["p"] for m in means], [m["consistency"] for m in means]),
+                    len(means),
+                )
     return out
 
 
@@ -149,8 +202,19 @@ def main() -> None:
     names = args.candidates.split(",")
     if not args.table_only:
         profile_missing(names, args.sets.split(","))
-    report = {name: figures(name) for name in names}
+    report = {name: figures(name) for name in [*names, PRODUCT]}
     text = table(report)
+    rule = vr.RULES[vr.CHOSEN]
+    report["paired"] = {part: paired_gain(rule, "summary", "quote", part) for part in ("bbc", "cnndm")}
+    for part, g in report["paired"].items():
+        low, high = g["interval"]
+        text += (
+            f"\nFRANK {part}, one-sentence summary less quote, on the same sentences: {g['gain']:+.3f} [{low:+.3f},"
+            f" {high:+.3f}]; above 0 in {g['above']:.0%} of 2,000 resamples of documents.\n"
+        )
+    report["one-sentence summaries"] = one_sentence_summaries(rule)
+    for key, (rho, n) in report["one-sentence summaries"].items():
+        text += f"\nSummEval summaries of one sentence, {key}: Spearman {rho:.3f} ({n} summaries).\n"
     (HERE / "results" / "likelihood_prompts.json").write_text(json.dumps(report, indent=1) + "\n")
     (HERE / "results" / "likelihood_prompts.md").write_text("# What a claim is asked as\n" + HEADER + "\n" + text)
     print(text)
@@ -168,9 +232,18 @@ Why the question was asked: "Quote one sentence stated in the article" asks for 
 sentence is not one; FRANK's BBC/XSum sentences (abstractive) are where the embedded judge ranks worst. Reading:
 "Summarize the article in one sentence." ranks FRANK better in both collections, but SummEval's summaries worse on
 the development documents and on the 48 documents no choice looked at (0.371 -> 0.337), passes fewer paraphrase
-controls (99% -> 94%), and the same instruction without "in one sentence" loses on BBC/XSum (0.671): the FRANK
-gains hang on the wording and sit inside FRANK's intervals (BBC/XSum has 23 faithful sentences, CNN/DM 6 wrong
-ones). No candidate is better everywhere, and the quote instruction stays.
+controls (99% -> 94%), and the same instruction without "in one sentence" loses on BBC/XSum (0.671). No candidate
+is better everywhere.
+
+What the product does (the last row): it asks each statement for what it is. A summary of one sentence is the
+whole article in one line, and is asked as the judge's one-sentence summary; a sentence of a longer summary is
+asked as a quote, which held on SummEval. Where this was chosen, and what checks it: the split was read off this
+table, so BBC/XSum's 0.737 (138 of its 140 summaries are one sentence) is not a held-out figure. On the same BBC/XSum
+sentences the one-sentence instruction ranks better in 97% of paired resamples of documents (lines under the
+table). The only other summaries of one sentence here are 27 of SummEval's (CNN/DM news, mostly the lead sentence
+copied): on the 21 among the 48 documents nothing was chosen on, the quote ranks them a little better (0.703
+against 0.656; 21 summaries). The gain is for summaries written as XSum writes them, abstractive; the check that
+counts is on single-sentence summaries this project does not hold.
 """
 
 if __name__ == "__main__":

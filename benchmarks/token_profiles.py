@@ -5,7 +5,8 @@
 
 Each statement is asked as the product asks it (scorers.two_axis_stages.VerdictStage, the embedded judge's bare
 likelihood prompt): its tokens' log-probabilities after the text and without it (the baseline), and the token the
-judge expected most at each place, with its log-probability. Sets:
+judge expected most at each place, with its log-probability. A summary of one sentence is asked as the product asks
+it, as the judge's one-sentence summary ("whole_summary"); every other statement as a quote. Sets:
   perturbations  benchmarks/data/perturbations.jsonl: each original, perturbed and paraphrased sentence vs its source
   frank          every FRANK summary sentence vs its source, with the human sentence label (dataset_part kept)
   summeval       the summaries of SummEval dev's 10 documents (agreement.py's pick, seed 0), sentence by sentence,
@@ -53,6 +54,7 @@ def frank_statements() -> list[dict]:
         for k, (sentence, label) in enumerate(zip(item["sentences"], item["human"]["sentence_error_majority"])):
             out.append(dict(id=item["id"], k=k, part=item["dataset_part"], error=bool(label), text=item["source"]))
             out[-1].update(statement=sentence, summary_error=bool(item["human"]["summary_has_error"]))
+            out[-1]["whole_summary"] = len(item["sentences"]) == 1
     return out
 
 
@@ -60,9 +62,10 @@ def sentence_statements(items: list[dict]) -> list[dict]:
     """Every summary sentence of SummEval items vs its source, with the summary's expert consistency."""
     out = []
     for item in items:
-        for k, sentence in enumerate(summary_sentences(item["summary"])):
+        sentences = summary_sentences(item["summary"])
+        for k, sentence in enumerate(sentences):
             out.append(dict(id=item["id"], k=k, doc_id=item["doc_id"], text=item["source"], statement=sentence))
-            out[-1]["consistency"] = item["human"]["consistency"]
+            out[-1].update(consistency=item["human"]["consistency"], whole_summary=len(sentences) == 1)
     return out
 
 
@@ -93,7 +96,13 @@ def profile(engine, statements: list[dict], chunk: int = 256) -> None:
     """Each statement's profile, in place: tokens, logp (with the text), base (without), expected, expected_logp."""
     for at in range(0, len(statements), chunk):
         part = statements[at : at + chunk]
-        requests = [r for i, s in enumerate(part) for r in STAGE.requests(str(i), "support", s["text"], s["statement"])]
+        requests = [
+            r
+            for i, s in enumerate(part)
+            for r in STAGE.requests(
+                str(i), "support", s["text"], s["statement"], whole_summary=s.get("whole_summary", False)
+            )
+        ]
         results = engine.run(requests)
         for s, text, base in zip(part, results[0::2], results[1::2]):
             if not (text.ok and base.ok):

@@ -19,7 +19,7 @@ Bump PROMPT_VERSION whenever a prompt's wording changes: caches and results are 
 
 from __future__ import annotations
 
-PROMPT_VERSION = "2026-11-30.5"
+PROMPT_VERSION = "2026-12-02.1"
 STYLES = ("full", "bare")
 
 _TWO_AXIS_SYSTEM = (
@@ -91,19 +91,24 @@ def statement_prompt(text: str, statement: str, *, with_reason: bool = False, st
     )
 
 
-# The instruction a likelihood statement is scored after. Three others were measured in its place on the embedded
-# judge (benchmarks/likelihood_prompts.py, results/likelihood_prompts.md): "Summarize the article in one sentence."
-# ranks FRANK's sentences better (BBC/XSum AUC 0.688 -> 0.734, CNN/DM 0.841 -> 0.866) but SummEval's summaries worse,
-# on the development documents (0.463 -> 0.449) and on the 48 documents nothing was chosen on (0.371 -> 0.337), and
-# "Summarize the article." loses on FRANK too (BBC/XSum 0.671): no candidate is better everywhere, so this one stays.
+# The instruction a likelihood statement is scored after. A quote asks for a copy, and a summary that is a single
+# sentence (XSum's kind: a whole article in one line) is not one, so it is asked as what it is, the judge's own
+# one-sentence summary. Measured on the embedded judge (benchmarks/likelihood_prompts.py,
+# results/likelihood_prompts.md): FRANK's BBC/XSum summaries, 138 of 140 a single sentence, rank better that way
+# (AUC 0.688 -> 0.746; better in 97% of paired resamples of documents), while the sentences of longer summaries rank
+# worse (SummEval: 0.463 -> 0.449 on the development documents, 0.371 -> 0.337 on the 48 nothing was chosen on), so
+# they stay quotes. Chosen on FRANK: 21 one-sentence SummEval summaries rank a little better as quotes.
 LIKELIHOOD_INSTRUCTION = "Quote one sentence stated in the article."
+ONE_SENTENCE_SUMMARY_INSTRUCTION = "Summarize the article in one sentence."
 
 
-def likelihood_prompt(text: str, *, style: str = "full") -> list[dict]:
+def likelihood_prompt(text: str, *, style: str = "full", whole_summary: bool = False) -> list[dict]:
     """A likelihood verdict: the judge's reply is scored, not generated. The engine reads how likely the judge
     finds the statement (StageRequest.continuation) as its reply to this prompt; with text "" it is the statement's
-    baseline (stage "baseline"), and the difference is how much the text raises it."""
-    return _two_axis(f"{fence('article', text)}\n\n{LIKELIHOOD_INSTRUCTION}", style)
+    baseline (stage "baseline"), and the difference is how much the text raises it. whole_summary: the statement is
+    a whole summary of one sentence, asked as the judge's one-sentence summary instead of a quote."""
+    instruction = ONE_SENTENCE_SUMMARY_INSTRUCTION if whole_summary else LIKELIHOOD_INSTRUCTION
+    return _two_axis(f"{fence('article', text)}\n\n{instruction}", style)
 
 
 def question_prompt(summary: str, question: str, *, with_reason: bool = False, style: str = "full") -> list[dict]:

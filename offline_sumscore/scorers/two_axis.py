@@ -269,8 +269,10 @@ class SummarizationScorer(ScorerBase):
         if self.design["claims"] == "sentences":
             longest = max(summary_sentences(sample.summary) or [longest], key=len)
 
+        whole = self._one_sentence_summary(sample)
+
         def carriers(text: str) -> list[StageRequest]:
-            reqs = [self.verdict_stage.requests(sample.id, "support", text, longest)[0]]
+            reqs = [self.verdict_stage.requests(sample.id, "support", text, longest, whole_summary=whole)[0]]
             if coverage.items is None:
                 reqs.append(self._questions_request(sample.id, text, self.max_questions))
             return reqs
@@ -310,7 +312,13 @@ class SummarizationScorer(ScorerBase):
         verdict, sid, asked = self.verdict_stage, sample.id, self._asked(coverage)
         deepeval_q = self.flavor == "deepeval" and coverage.ask == "question"
         ask = coverage.ask if coverage.ask == "statement" or self.flavor == "mastra" else "answerable"
-        wave = [req for claim in claims for piece in pieces for req in verdict.requests(sid, "support", piece, claim)]
+        whole = self._one_sentence_summary(sample)
+        wave = [
+            req
+            for claim in claims
+            for piece in pieces
+            for req in verdict.requests(sid, "support", piece, claim, whole_summary=whole)
+        ]
         for item in asked:
             wave += verdict.requests(sid, "coverage", sample.summary, item, ask)
             if deepeval_q:
@@ -328,6 +336,11 @@ class SummarizationScorer(ScorerBase):
                 entry["source_answered"] = any(a["verdict"] for a in answers)
             verdicts.append(entry)
         return judged, verdicts
+
+    def _one_sentence_summary(self, sample: Sample) -> bool:
+        """The summary is one sentence and its claim is that sentence: a likelihood verdict asks it as the judge's
+        one-sentence summary of the source (prompts.likelihood_prompt), not as a quote from it."""
+        return self.design["claims"] == "sentences" and len(summary_sentences(sample.summary)) == 1
 
     def _judged_claim(self, claim: str, i: int, n_pieces: int, replies: Replies, stages: dict) -> dict:
         """A claim's entry: supported when any piece of the source supports it (the most confident piece wins)."""

@@ -66,10 +66,11 @@ class VerdictStage:
         return 2 if self.verdicts == "likelihood" else 1
 
     def requests(
-        self, sample_id: str, stage: str, text: str, statement: str, ask: str = "statement"
+        self, sample_id: str, stage: str, text: str, statement: str, ask: str = "statement", whole_summary: bool = False
     ) -> list[StageRequest]:
         """The requests that give one verdict on statement against text. ask: "statement" (is it supported?),
-        "question" (does text answer it yes?) or "answerable" (can text answer it?)."""
+        "question" (does text answer it yes?) or "answerable" (can text answer it?). whole_summary: the statement
+        is a summary of one sentence, which a likelihood verdict asks as the judge's one-sentence summary."""
         if self.verdicts == "likelihood":
             if ask != "statement":
                 raise UsageError(
@@ -80,7 +81,7 @@ class VerdictStage:
                 StageRequest(
                     sample_id,
                     name,
-                    tuple(prompts.likelihood_prompt(context, style=self.style)),
+                    tuple(prompts.likelihood_prompt(context, style=self.style, whole_summary=whole_summary)),
                     schemas.Likelihood,
                     continuation=statement,
                 )
@@ -132,7 +133,8 @@ CONFLICT_WEIGHT = 0.5
 CONFLICT_CONFIDENCE = 0.5  # the judge's probability of the other token, given the text, for a conflict
 LIKELIHOOD_RULE = (
     f"mean PMI + {CONFLICT_WEIGHT:g} x the PMI of the worst fact conflict "
-    f"(number for number, name for name, or a negation on one side; p >= {CONFLICT_CONFIDENCE:g})"
+    f"(number for number, name for name, or a negation on one side; p >= {CONFLICT_CONFIDENCE:g}); "
+    "a summary of one sentence asked as a one-sentence summary, any other statement as a quote"
 )
 NEGATIONS = frozenset({"not", "n't", "never", "no", "nor", "cannot", "without"})
 

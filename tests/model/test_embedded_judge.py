@@ -236,9 +236,12 @@ def test_likelihood_verdicts_keep_their_evidence_token_by_token(judge):
 def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_claim_stays_supported(judge):
     """The verdict reads the token profile: "27" where the source makes the judge expect "17" turns the wrong fact's
     claim unsupported (its mean PMI alone would pass it), and the reason names it; the faithful summary's claim, a
-    paraphrase with words left out, has no fact conflict and stays supported."""
+    paraphrase with words left out, has no fact conflict and stays supported. Both summaries are one sentence, so
+    each is asked as the judge's one-sentence summary of the source."""
     import json
     from importlib import resources
+
+    from offline_sumscore.core import prompts
 
     rows = {
         r["id"]: r for r in map(json.loads, (resources.files("offline_sumscore") / "examples" / "demo.jsonl").open())
@@ -250,6 +253,7 @@ def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_
     assert claim["conflict"]["word"] in {"27", "lost"} and claim["verdict_score"] < 2.0
     assert f"'{claim['conflict']['word']}' where the source makes the judge expect" in wrong.reason
     assert wrong.settings["design.likelihood_rule"].startswith("mean PMI + 0.5 x")
+    assert prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION in wrong.stages["support.0"]["prompt"]
     faithful = scorer.score(rows["faithful"]["source"], rows["faithful"]["summary"])
     assert all(c["supported"] for c in faithful.claims) and not any(c.get("conflict") for c in faithful.claims)
 

@@ -11,6 +11,7 @@ import math
 import pytest
 
 from offline_sumscore import FailedRow, JudgeOutputError, SummarizationScorer, UsageError, two_axis_score
+from offline_sumscore.core import prompts
 from offline_sumscore.engine.scripted import ScriptedEngine
 from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SOURCE, SUMMARY, SUPPORT, enqueue_two_axis
 
@@ -206,6 +207,28 @@ def test_likelihood_verdicts_are_the_gain_over_the_baseline_against_the_threshol
     assert (second["pmi"], second["supported"]) == (1.0, False)  # below the 2.0 nats threshold
     assert r.coverage_verdicts[0]["pmi"] == 3.0 and r.coverage_verdicts[0]["answered"]
     assert r.settings["design.likelihood_threshold"] == 2.0 and r.score == 0.5
+
+
+def test_a_one_sentence_summary_is_asked_as_a_summary_and_a_longer_ones_sentences_as_quotes(scripted):
+    # What the judge is asked after the article decides the likelihood read. A summary of one sentence is the whole
+    # article in a line: its claim (and that claim's baseline) is asked as the judge's one-sentence summary. The
+    # sentences of a longer summary, and every coverage statement (checked against the summary), stay quotes.
+    def instructions(stage: str) -> list[str]:
+        return [q.messages[-1]["content"].rsplit("\n", 1)[-1] for q in scripted.requests if q.stage == stage]
+
+    scorer = scorer_with(scripted, claims="sentences", verdicts="likelihood")
+    scripted.enqueue("support", lik(-1.0)).enqueue("baseline", lik(-4.0), lik(-4.0)).enqueue("coverage", lik(-1.0))
+    one = scorer.score(SOURCE, "Lindford will build a library.", key_facts=["F."])
+    assert instructions("support") == [prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION]
+    assert instructions("baseline") == [prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION, prompts.LIKELIHOOD_INSTRUCTION]
+    assert instructions("coverage") == [prompts.LIKELIHOOD_INSTRUCTION]
+    assert "one-sentence summary" in one.settings["design.likelihood_rule"]
+    scripted.requests.clear()
+    scripted.enqueue("support", lik(-1.0), lik(-1.0)).enqueue("baseline", *[lik(-4.0)] * 3)
+    scripted.enqueue("coverage", lik(-1.0))
+    scorer.score(SOURCE, "Lindford will build a library. It will cost 5 million pounds.", key_facts=["F."])
+    assert instructions("support") == [prompts.LIKELIHOOD_INSTRUCTION] * 2
+    assert set(instructions("baseline")) == {prompts.LIKELIHOOD_INSTRUCTION}
 
 
 def test_likelihood_verdicts_cannot_answer_questions(scripted):
