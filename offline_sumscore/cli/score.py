@@ -270,7 +270,7 @@ def _calibration(path: str | None, opts: dict) -> dict | None:
 
 def _warn_about_verdicts(rows: list[dict], calibrated: dict | None) -> None:
     """Once per run: verdicts all on one side (the threshold does not fit the text), or a calibration made on
-    another judge than the one that scored."""
+    another judge, or under another likelihood rule (an older version's), than the rows were scored with."""
     from offline_sumscore.analysis.calibration import likelihood_rows, one_sided_run
 
     likelihood = likelihood_rows(rows)
@@ -283,6 +283,13 @@ def _warn_about_verdicts(rows: list[dict], calibrated: dict | None) -> None:
         click.echo(
             f"warning: the calibration was made on judge {calibrated['judge'].get('name')} ({wanted}), not on the "
             "judge that scored these rows: its threshold is that judge's; calibrate again on this one",
+            err=True,
+        )
+    rules = {(r.get("settings") or {}).get("design.likelihood_rule") for r in likelihood} - {None}
+    if calibrated and rules and calibrated.get("likelihood_rule") not in rules:
+        click.echo(
+            f"warning: the calibration was made under another likelihood rule ({calibrated.get('likelihood_rule')!r}; "
+            f"these rows: {' / '.join(map(repr, sorted(rules)))}): its threshold reads other numbers; calibrate again",
             err=True,
         )
 

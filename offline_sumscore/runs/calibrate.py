@@ -25,11 +25,13 @@ class CalibrationRun:
     calibration: Calibration
     judge: dict  # the judge the threshold belongs to (name, identity)
     failed: int  # rows the judge could not score (left out)
+    likelihood_rule: str | None = None  # the rule the rows were judged under (design.likelihood_rule)
 
     def to_dict(self) -> dict:
         return {
             "likelihood_threshold": self.calibration.threshold,
             "judge": self.judge,
+            "likelihood_rule": self.likelihood_rule,
             "calibration": self.calibration.to_dict(),
             "failed_rows": self.failed,
         }
@@ -85,4 +87,5 @@ def calibrate_file(
     values = [min(c.get("verdict_score", c["pmi"]) for c in r.claims) for r, _ in kept]
     calibration = calibrate(values, [y for _, y in kept], resamples=resamples, seed=seed)
     judge = {k: kept[0][0].judge.get(k) for k in ("name", "identity", "dtype")}
-    return CalibrationRun(calibration, judge, failed=len(rows) - len(kept))
+    rule = kept[0][0].settings.get("design.likelihood_rule")
+    return CalibrationRun(calibration, judge, failed=len(rows) - len(kept), likelihood_rule=rule)

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from offline_sumscore.analysis.calibration import best_threshold, calibrate, one_sided
 from offline_sumscore.cli import main
+from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE
 from tests.conftest import write_jsonl
 
 # Each row's one claim gets PMI = its support log-probability minus the baseline's (-5.0 for every baseline).
@@ -78,6 +79,26 @@ def test_calibrate_prints_the_threshold_and_writes_what_score_reads(tmp_path, us
     assert got[0]["settings"]["likelihood_threshold"] == 1.05 and "run.one_sided" not in got[0]["settings"]
     both = CliRunner().invoke(main, [*args, "--calibration", str(out), "--likelihood-threshold", "2"])
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_a_calibration_made_under_another_likelihood_rule_is_named_as_such(tmp_path, use_scripted):
+    # A calibration from an older version read numbers its rule made: the threshold may not fit this version's.
+    enqueue(use_scripted, PMIS)
+    labelled = write_jsonl(tmp_path / "labelled.jsonl", [dict(r, label=y) for r, y in zip(rows(8), LABELS)])
+    out = tmp_path / "cal.json"
+    CliRunner().invoke(main, ["calibrate", str(labelled), "-o", str(out), "--quiet"], catch_exceptions=False)
+    args = ["score", str(write_jsonl(tmp_path / "in.jsonl", rows(2))), "-o", str(tmp_path / "o.jsonl"), "--quiet"]
+    args += ["--claims", "sentences", "--coverage", "key_sentences", "--key-sentences", "1", "--verdicts", "likelihood"]
+    args += ["--no-cache", "--calibration", str(out)]
+    enqueue(use_scripted, [1.1, 1.0])
+    same = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert same.exit_code == 0 and "another likelihood rule" not in same.output
+    saved = json.loads(out.read_text())
+    assert saved["likelihood_rule"] == LIKELIHOOD_RULE
+    out.write_text(json.dumps(dict(saved, likelihood_rule="mean PMI")))  # as an older version would have judged
+    enqueue(use_scripted, [1.1, 1.0])
+    older = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert older.exit_code == 0 and older.output.count("made under another likelihood rule ('mean PMI';") == 1
 
 
 def test_calibrate_names_the_row_and_field_of_a_bad_label(tmp_path, use_scripted):
