@@ -145,7 +145,7 @@ def pick_documents(items: list[dict], kind: str, documents: int | None, limit: i
     return chosen
 
 
-# -- scoring: the bulk run, one row per item (per sentence for FRANK) ----------------------------------------
+# -- scoring: the bulk run, one row per item (per sentence for FRANK with atomic claims) -----------------------
 def scoring_rows(items: list[dict], kind: str, whole_summaries: bool = True):
     """whole_summaries (kind "sentences"): one row per summary, whose claims are its sentences; else one row per
     sentence (atomic claims cannot be told apart by sentence)."""
