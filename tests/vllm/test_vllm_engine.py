@@ -8,6 +8,7 @@ here. Without .venv-vllm these tests skip, naming the make target; CI makes it.
 import json
 import math
 import subprocess
+import warnings
 
 import pytest
 
@@ -18,17 +19,28 @@ pytestmark = [pytest.mark.model, pytest.mark.vllm]
 TOLERANCE = 1e-3
 
 
-@pytest.fixture(scope="module")
-def both(tmp_path_factory):
-    vllm_env()
-    out = tmp_path_factory.mktemp("vllm") / "rows.json"
-    done = subprocess.run(
+def rows_on_vllm(out) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [str(VLLM_PYTHON), "-m", "tests.vllm.rows_on_vllm", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=900,
     )
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    vllm_env()
+    out = tmp_path_factory.mktemp("vllm") / "rows.json"
+    done = rows_on_vllm(out)
+    if done.returncode < 0:
+        # vLLM's CPU build once aborted in its engine process ("terminate called without an active exception",
+        # SIGABRT) in one of several CI runs of this same code, and passed when run again: run it once more, and say
+        # so. A second failure, or an exit with an error of its own, fails the test.
+        said = f"vLLM's child process died by signal {-done.returncode}; run again: {done.stderr[-500:]}"
+        warnings.warn(said, stacklevel=2)
+        done = rows_on_vllm(out)
     assert done.returncode == 0, done.stderr[-3000:]
     theirs = json.loads(out.read_text())
     from offline_sumscore.engine.build import local_engine
