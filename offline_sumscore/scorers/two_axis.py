@@ -265,11 +265,10 @@ class SummarizationScorer(ScorerBase):
     def _pieces(self, sample: Sample, coverage: Coverage) -> list[str]:
         """A source too long for the judge's context is split on sentence boundaries, so that each piece fits a
         verdict request about the longest claim the summary could hold (and a questions request, if asked)."""
-        longest = "x" * self.max_text_chars
+        longest, whole = "x" * self.max_text_chars, False
         if self.design["claims"] == "sentences":
-            longest = max(summary_sentences(sample.summary) or [longest], key=len)
-
-        whole = self._one_sentence_summary(sample)
+            sentences = summary_sentences(sample.summary)
+            longest, whole = max(sentences or [longest], key=len), len(sentences) == 1
 
         def carriers(text: str) -> list[StageRequest]:
             reqs = [self.verdict_stage.requests(sample.id, "support", text, longest, whole_summary=whole)[0]]
@@ -312,7 +311,10 @@ class SummarizationScorer(ScorerBase):
         verdict, sid, asked = self.verdict_stage, sample.id, self._asked(coverage)
         deepeval_q = self.flavor == "deepeval" and coverage.ask == "question"
         ask = coverage.ask if coverage.ask == "statement" or self.flavor == "mastra" else "answerable"
-        whole = self._one_sentence_summary(sample)
+        # A summary of one sentence, whose claim is that sentence, is asked as the judge's one-sentence summary of
+        # the source, not as a quote from it (prompts.likelihood_prompt). Claims in "sentences" mode are the
+        # summary's sentences (_claims_and_questions).
+        whole = self.design["claims"] == "sentences" and len(claims) == 1
         wave = [
             req
             for claim in claims
@@ -336,11 +338,6 @@ class SummarizationScorer(ScorerBase):
                 entry["source_answered"] = any(a["verdict"] for a in answers)
             verdicts.append(entry)
         return judged, verdicts
-
-    def _one_sentence_summary(self, sample: Sample) -> bool:
-        """The summary is one sentence and its claim is that sentence: a likelihood verdict asks it as the judge's
-        one-sentence summary of the source (prompts.likelihood_prompt), not as a quote from it."""
-        return self.design["claims"] == "sentences" and len(summary_sentences(sample.summary)) == 1
 
     def _judged_claim(self, claim: str, i: int, n_pieces: int, replies: Replies, stages: dict) -> dict:
         """A claim's entry: supported when any piece of the source supports it (the most confident piece wins)."""
