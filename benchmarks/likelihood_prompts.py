@@ -140,16 +140,11 @@ def paired_gain(rule, better: str, than: str, part: str, resamples: int = 2000) 
     a, b = [s for s in a if s["part"] == part], [s for s in b if s["part"] == part]
     assert [s["statement"] for s in a] == [s["statement"] for s in b]
     labels, x, y = [not s["error"] for s in a], [rule(s) for s in a], [rule(s) for s in b]
-    seen: list[float] = []
 
-    def gain(idx) -> float | None:
-        mine = [labels[i] for i in idx]
-        if all(mine) or not any(mine):
-            return None
-        seen.append(roc_auc(mine, [x[i] for i in idx]) - roc_auc(mine, [y[i] for i in idx]))
-        return seen[-1]
+    def gain(mine: list[bool], idx) -> float:
+        return roc_auc(mine, [x[i] for i in idx]) - roc_auc(mine, [y[i] for i in idx])
 
-    interval = bootstrap_interval(gain, [s["id"].split(":")[1] for s in a], resamples=resamples, seed=0)
+    seen, interval = vr.document_resamples(a, gain, resamples)
     return {
         "gain": roc_auc(labels, x) - roc_auc(labels, y),
         "interval": interval,

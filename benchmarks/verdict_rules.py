@@ -236,21 +236,31 @@ def dataset_figures(rule, frank, summeval, summeval_rest, realsumm) -> dict:
     return out
 
 
-def resamples_reaching(rule, statements: list[dict], target: float, resamples: int = 2000) -> tuple:
-    """How often the rule's ROC AUC reaches target over bootstrap resamples of whole documents (as the agreement
-    benchmark's intervals resample), with that 95% interval: (share, low, high)."""
-    labels, values = [not s["error"] for s in statements], [rule(s) for s in statements]
-    seen: list[float] = []  # every resample's AUC, collected as the interval is computed
+def document_resamples(statements: list[dict], statistic, resamples: int = 2000) -> tuple[list[float], tuple]:
+    """statistic(labels, indices) over bootstrap resamples of whole FRANK documents (as the agreement benchmark's
+    intervals resample), skipping a resample whose sentences are all faithful or all wrong; labels are "no error".
+    Returns every resample's value and the 95% interval."""
+    labels = [not s["error"] for s in statements]
+    seen: list[float] = []  # every resample's value, collected as the interval is computed
 
-    def auc(idx) -> float | None:
+    def value(idx) -> float | None:
         mine = [labels[i] for i in idx]
         if all(mine) or not any(mine):
             return None
-        seen.append(roc_auc(mine, [values[i] for i in idx]))
+        seen.append(statistic(mine, idx))
         return seen[-1]
 
     docs = [s["id"].split(":")[1] for s in statements]
-    low, high = bootstrap_interval(auc, docs, resamples=resamples, seed=0)
+    return seen, bootstrap_interval(value, docs, resamples=resamples, seed=0)
+
+
+def resamples_reaching(rule, statements: list[dict], target: float, resamples: int = 2000) -> tuple:
+    """How often the rule's ROC AUC reaches target over bootstrap resamples of whole documents, with that 95%
+    interval: (share, low, high)."""
+    values = [rule(s) for s in statements]
+    seen, (low, high) = document_resamples(
+        statements, lambda labels, idx: roc_auc(labels, [values[i] for i in idx]), resamples
+    )
     return sum(a >= target for a in seen) / len(seen), low, high
 
 
