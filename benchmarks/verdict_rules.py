@@ -49,7 +49,7 @@ def worst_conflict(s: dict, confident: float, same_kind: bool) -> float:
             expected_logprobs=s["expected_logp"],
         )
         base = Likelihood(mean_logprob=0.0, tokens=len(s["tokens"]), token_logprobs=s["base"])
-        conflict = typed_conflict(text, base, confident)
+        conflict = typed_conflict(text, base, confident, context=s.get("text"))
         return conflict["pmi"] if conflict else 0.0
     rows = zip(s["tokens"], s["logp"], s["base"], s["expected"], s["expected_logp"])
     conflicts = [

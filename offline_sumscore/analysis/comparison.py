@@ -1,11 +1,13 @@
 """Which summarizer is better, and how sure: paired comparisons of systems scored on the same documents.
 
-Rows of two or more `sumscore score` OUTPUTs (one per system) are paired by document: a named field (`--by
-doc_id`), else the source text's hash that every row carries. Only documents that every compared system scored
-count; failed rows are counted and left out (a failed row is never a zero). For each pair of systems and each
-score field: the mean difference, a paired bootstrap 95% interval that resamples documents, a sign-flip
-permutation test (exact up to 16 documents), and win / tie / loss counts. With more than two systems, each
-system's mean with its bootstrap interval and the pairwise p-values adjusted by Holm's step-down method.
+Rows of two or more `sumscore score` OUTPUTs (one per system), or of one OUTPUT whose rows name their system in a
+field (`--system-field model`), are paired by document: a named field (`--document-field doc`), else the source
+text's hash that every row carries. A field is looked up among the row's own fields, then among its input's. Only
+documents that every compared system scored count; failed rows are counted and left out (a failed row is never a
+zero). For each pair of systems and each score field: the mean difference, a paired bootstrap 95% interval that
+resamples documents, a sign-flip permutation test (exact up to 16 documents), and win / tie / loss counts. With more
+than two systems, each system's mean with its bootstrap interval and the pairwise p-values adjusted by Holm's step-
+down method.
 
 Pure functions over rows: no model, no files (the CLI reads and writes).
 """
@@ -40,14 +42,44 @@ class System:
     duplicates: list[str] = field(default_factory=list)  # ids of rows whose document was already scored
     metric: str = ""
     signature: dict = field(default_factory=dict)
+    id_field: str | None = None  # the field that names a row in what is reported (row_name)
+
+
+def field_value(row: dict, name: str) -> Any:
+    """A row's field: one of ours (id, doc_id, ...), else one of the input row's own (row["input"]: doc, model, ...)."""
+    if row.get(name) is not None:
+        return row[name]
+    return (row.get("input") or {}).get(name)
 
 
 def document_key(row: dict, by: str | None) -> str | None:
     """The document a row scores: the named field, else the hash of its source (`source_hash`)."""
     if by:
-        value = row.get(by)
+        value = field_value(row, by)
         return None if value is None or value == "" else str(value)
     return row.get("source_hash")
+
+
+def row_name(row: dict, id_field: str | None = None) -> str:
+    """What a row is called in a comparison: the named id field, else its id, else its line in INPUT."""
+    value = field_value(row, id_field) if id_field else row.get("id")
+    return str(value) if value not in (None, "") else f"line {row.get('line')}"
+
+
+def split_by_system(rows: list[dict], system_field: str) -> dict[str, list[dict]]:
+    """One OUTPUT's rows as systems, by the field that names each row's system (in the order systems first appear).
+    A row without it is an error naming the row: it belongs to no system."""
+    systems: dict[str, list[dict]] = {}
+    for row in rows:
+        value = field_value(row, system_field)
+        if value in (None, ""):
+            raise InputError(
+                f"row {row_name(row)} has no {system_field!r} field (nor in its input's fields: "
+                f"{', '.join(map(str, row.get('input') or {})) or 'none'}): it names no system",
+                cause="no_system",
+            )
+        systems.setdefault(str(value), []).append(row)
+    return systems
 
 
 def signature(row: dict) -> dict:
@@ -78,10 +110,10 @@ def _numbers(row: dict) -> dict:
     return fixed
 
 
-def system_from_rows(name: str, rows: list[dict], by: str | None = None) -> System:
-    system = System(name=name, rows={})
+def system_from_rows(name: str, rows: list[dict], by: str | None = None, id_field: str | None = None) -> System:
+    system = System(name=name, rows={}, id_field=id_field)
     for row in map(_numbers, rows):
-        rid = str(row.get("id"))
+        rid = row_name(row, id_field)
         if row.get("score") is None or row.get("error"):
             system.failed.append(rid)
             continue
@@ -320,8 +352,8 @@ def drill_down(a: System, b: System, docs: list[str], n: int) -> list[dict]:
     return [
         {
             "document": d,
-            "id_a": a.rows[d].get("id"),
-            "id_b": b.rows[d].get("id"),
+            "id_a": row_name(a.rows[d], a.id_field),
+            "id_b": row_name(b.rows[d], b.id_field),
             "score_a": a.rows[d]["score"],
             "score_b": b.rows[d]["score"],
             "a": _missed(a.rows[d]),

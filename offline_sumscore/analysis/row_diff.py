@@ -10,12 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-# Fields that may differ between two runs of the same work: wall times, whether a stage was answered from the
-# cache, how many requests reached the engine together with it (in a stream that depends on the company a row
-# runs in, e.g. one process against a pool of workers), and the engine's sizing where it was taken from the memory
-# free when the engine started (its KV token budget, the prefix store's share of it, and the sentence that says
-# so). Rows keep them for audit; a row's verdicts must not depend on them (the Ray tests hold them exact).
-TIMING_FIELDS = ("seconds", "cached", "batch_size", "token_budget", "prefix_store", "capacity")
+# Fields that may differ between two runs of the same work: wall times, whether a stage was answered from the cache,
+# how many requests reached the engine together with it (in a stream that depends on the company a row runs in, e.g.
+# one process against a pool of workers), and the engine's sizing where it was taken from the memory free when the
+# engine started (its KV token budget, the prefix store's share of it, and the sentence that says so), and when the
+# run that wrote a row started and wrote it ("timing"). Rows keep them for audit; a row's verdicts must not depend on
+# them (the Ray tests hold them exact).
+TIMING_FIELDS = ("seconds", "cached", "batch_size", "token_budget", "prefix_store", "capacity", "timing")
 
 
 def without_timing(rows: list) -> list:

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from offline_sumscore.core.results import embedded_judge_note, first_clause, row_label
 from offline_sumscore.scorers import METRICS
 from offline_sumscore.scorers.base import ScorerBase
 
@@ -80,7 +81,12 @@ def typed_flag(parameter: str) -> str:
     return FLAG_OF.get(parameter, "--" + parameter.replace("_", "-"))
 
 
-def run_table(metric: str, rows: list[dict], seconds: float) -> str:
+WORST_SHOWN = 5  # rows named under the means: enough to start reading, few enough to stay on a screen
+
+
+def run_table(metric: str, rows: list[dict], seconds: float, *, details: bool = True) -> str:
+    """The run's means; with details, its lowest rows (score, the row, the reason's first clause) and, where the
+    embedded judge scored, what that judge is good for (the demo, which shows every row, says that once itself)."""
     ok = [r for r in rows if r.get("error") is None]
     cols = ["score", "alignment", "coverage"] if metric == "two-axis" else ["score", "qa", "conciseness"]
 
@@ -98,7 +104,23 @@ def run_table(metric: str, rows: list[dict], seconds: float) -> str:
         " | ".join(f"mean {c}" for c in cols),
         " | ".join(mean(c) for c in cols),
     ]
+    if not details:
+        return "\n".join(lines)
+    lowest = sorted((r for r in ok if r.get("score") is not None), key=lambda r: r["score"])[:WORST_SHOWN]
+    if len(ok) > 1 and lowest:
+        lines.append(f"lowest {len(lowest)} of {len(ok)}:")
+        lines += [f"  {r['score']:.3f}  {row_label(r)}: {_why(r, cols)}" for r in lowest]
+    note = embedded_judge_note(rows)
+    if note:
+        lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def _why(row: dict, cols: list[str]) -> str:
+    """A row's reason's first clause, or, for a metric without reasons, the parts of its score."""
+    if row.get("reason"):
+        return first_clause(row["reason"])
+    return ", ".join(f"{c} {row[c]:.2f}" for c in cols[1:] if isinstance(row.get(c), (int, float)))
 
 
 def p_text(value: float | None) -> str:
@@ -143,6 +165,29 @@ def judge_options(fn):
     for opt in reversed(options):
         fn = opt(fn)
     return fn
+
+
+def input_options(texts: bool = True):
+    """The flags that say which field of a row is what, the same on every command that reads rows (score,
+    calibrate: the texts and the id; compare: the id); a missing field's error proposes its flag."""
+    options = [click.option("--id-field", default="id", show_default=True, help="The field naming each row.")]
+    if texts:
+        options = [
+            click.option(
+                "--source-field", default="source", show_default=True, help="The field holding the text summarized."
+            ),
+            click.option(
+                "--summary-field", default="summary", show_default=True, help="The field holding the summary."
+            ),
+            *options,
+        ]
+
+    def decorate(fn):
+        for opt in reversed(options):
+            fn = opt(fn)
+        return fn
+
+    return decorate
 
 
 def output_option(help: str, *, dest: str = "output_path", file: bool = True, **kwargs):

@@ -7,13 +7,14 @@ import sys
 
 import click
 
-from offline_sumscore.cli.app import InputProblem, judge_options, main, output_option
+from offline_sumscore.cli.app import InputProblem, input_options, judge_options, main, output_option
 from offline_sumscore.core.durable import replace_text
 from offline_sumscore.core.errors import SumscoreError
 
 
 @main.command()
 @click.argument("labelled", type=click.Path(exists=True))
+@input_options()
 @click.option("--label-field", default="label", show_default=True, help="consistent/inconsistent, true/false, 1/0.")
 @judge_options
 @output_option("Write the calibration here (JSON), for `sumscore score --calibration`.", default="calibration.json")
@@ -21,7 +22,20 @@ from offline_sumscore.core.errors import SumscoreError
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def calibrate(
-    labelled, label_field, model, device, dtype, batch_size, token_budget, output_path, resamples, seed, quiet
+    labelled,
+    source_field,
+    summary_field,
+    id_field,
+    label_field,
+    model,
+    device,
+    dtype,
+    batch_size,
+    token_budget,
+    output_path,
+    resamples,
+    seed,
+    quiet,
 ):
     """Choose the likelihood threshold from LABELLED rows (source, summary and a label, consistent or not): the one
     whose verdicts agree best with the labels (balanced accuracy), with bootstrap intervals, and the flags to use.
@@ -30,6 +44,11 @@ def calibrate(
     paraphrase of a dialogue or meeting sits below it, so every claim would come out unsupported.
     """
     from offline_sumscore.runs.calibrate import calibrate_file
+
+    if quiet:  # quiet means quiet: no weight-loading bars either
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
     options = {
         k: v
@@ -42,6 +61,7 @@ def calibrate(
             model=model,
             options=options,
             label_field=label_field,
+            fields=dict(source_field=source_field, summary_field=summary_field, id_field=id_field),
             resamples=resamples,
             seed=seed,
             progress=not quiet,

@@ -21,6 +21,7 @@ from offline_sumscore.cli.app import (
     run_table,
 )
 from offline_sumscore.core.errors import SumscoreError
+from offline_sumscore.core.results import embedded_judge_note
 from offline_sumscore.io.inputs import read_samples
 from offline_sumscore.scorers import METRICS
 
@@ -28,7 +29,8 @@ from offline_sumscore.scorers import METRICS
 def evidence_text(e: dict) -> str:
     """A likelihood verdict's weakest token, as a person reads it: the word it is part of, and the token itself
     where that is less than the word (a bare ' ' before "4" says little alone)."""
-    expected = f"; given the source the judge expected {e['expected']!r} (p {e['p_expected']:.2f})"
+    shown = e.get("expected_word") or e["expected"].strip()
+    expected = f"; given the source the judge expected {shown!r} (p {e['p_expected']:.2f})"
     word = e.get("word", e["token"].strip())
     token = f"token {e['token']!r}, " if word != e["token"].strip() else ""
     return (
@@ -105,12 +107,13 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
             f"judge {judge.name} ({judge.device}, {judge.dtype}) loaded in {time.perf_counter() - started:.1f} s"
         )
         out = open(output_path, "w", encoding="utf-8") if output_path else None
-        failed = False
+        failed, note = False, None
         for name in METRICS if metric == "both" else [metric]:
             scorer = METRICS[name](judge, batch_size=batch_size, token_budget=token_budget, **caps[name])
             began = time.perf_counter()
             rows = [r.to_dict() for r in scorer.score_many(samples, on_error="return")]
-            click.echo(run_table(name, rows, time.perf_counter() - began))
+            click.echo(run_table(name, rows, time.perf_counter() - began, details=False))
+            note = note or embedded_judge_note(rows)
             if out:
                 out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
             for row in rows:
@@ -143,6 +146,8 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                     )
         if out:
             out.close()
+        if note:
+            click.echo(f"note: {note}")
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
     if failed:

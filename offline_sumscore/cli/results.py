@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from offline_sumscore.cli.app import InputProblem, main, output_option
+from offline_sumscore.cli.app import InputProblem, input_options, main, output_option
 from offline_sumscore.core.durable import replace_text
 from offline_sumscore.core.errors import SumscoreError
 
@@ -41,11 +41,20 @@ def report(results, output_path, title, worst):
     help="Also write the comparison as JSON, for scripts.",
 )
 @click.option(
-    "--by",
+    "--system-field",
     default=None,
-    help="The field naming each row's document (e.g. doc_id). Default: the "
-    "source text's hash, which every OUTPUT row carries.",
+    help="The field naming each row's system (e.g. model, a column of INPUT): the systems are taken from the rows "
+    "of RESULTS (one file will do) instead of one file per system.",
 )
+@click.option(
+    "--document-field",
+    "--by",
+    "by",
+    default=None,
+    help="The field naming each row's document (e.g. doc, a column of INPUT). Default: the source text's hash, "
+    "which every OUTPUT row carries.",
+)
+@input_options(texts=False)
 @click.option("--name", "names", multiple=True, help="A name per system, in order. Default: the file's name.")
 @click.option(
     "--allow-mixed",
@@ -55,9 +64,10 @@ def report(results, output_path, title, worst):
 )
 @click.option("--resamples", type=click.IntRange(100, 1_000_000), default=10000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap and the permutations.")
-def compare(results, output_path, json_path, by, names, allow_mixed, resamples, seed):
+def compare(results, output_path, json_path, system_field, by, id_field, names, allow_mixed, resamples, seed):
     """Which system's summaries score better, and how sure: RESULTS are two or more OUTPUTs of `sumscore score`
-    (JSONL, Parquet, CSV, or folders of shards), one per system, paired by document."""
+    (JSONL, Parquet, CSV, or folders of shards), one per system, or one OUTPUT whose rows name their system
+    (--system-field model), paired by document."""
     from offline_sumscore.analysis.comparison import table, to_json
     from offline_sumscore.io.report import render_comparison
     from offline_sumscore.runs.files import compare_files
@@ -66,7 +76,14 @@ def compare(results, output_path, json_path, by, names, allow_mixed, resamples, 
         raise click.UsageError(f"--name given {len(names)} times for {len(results)} RESULTS")
     try:
         report, systems = compare_files(
-            results, names=names or None, by=by, allow_mixed=allow_mixed, resamples=resamples, seed=seed
+            results,
+            names=names or None,
+            by=by,
+            system_field=system_field,
+            id_field=id_field,
+            allow_mixed=allow_mixed,
+            resamples=resamples,
+            seed=seed,
         )
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None

@@ -14,6 +14,7 @@ from offline_sumscore.cli.app import (
     EXIT_ROWS_FAILED,
     InputProblem,
     default_of,
+    input_options,
     interruptible,
     judge_options,
     main,
@@ -152,9 +153,7 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 )
 @click.option("--max-text-chars", type=int, default=None, help="Cap on each claim/question/keyphrase (default 200).")
 @click.option("--max-reason-chars", type=int, default=None, help="two-axis: cap on each reason (default 200).")
-@click.option("--source-field", default="source", show_default=True)
-@click.option("--summary-field", default="summary", show_default=True)
-@click.option("--id-field", default="id", show_default=True)
+@input_options()
 @click.option(
     "--resume",
     is_flag=True,

@@ -110,3 +110,39 @@ class FailedRow:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "metric": self.metric, "score": None, "stages": self.stages, "error": self.error}
+
+
+# -- what a person reads of OUTPUT rows (the CLI's summary lines and the HTML report share these) ------------------
+SHORT_FIELD = 24  # an input field this short names a row (doc, model); longer ones are its texts
+
+
+def row_label(row: dict[str, Any]) -> str:
+    """A row as a person finds it again: its id, else its line in INPUT, with the input's short fields beside it
+    ("line 5 (doc d2, model B)")."""
+    name = f"line {row.get('line')}" if row.get("id") in (None, "") else str(row["id"])
+    short = [
+        f"{key} {value}"
+        for key, value in (row.get("input") or {}).items()
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool) and len(str(value)) <= SHORT_FIELD
+        if str(value) != name
+    ]
+    return name + (f" ({', '.join(short)})" if short else "")
+
+
+EMBEDDED_JUDGE_NOTE = (
+    "scored by the embedded judge, SmolLM2-135M-Instruct: it shows the pipeline runs, offline, not what a summary "
+    "is worth; its verdicts mostly measure how much of a sentence the source lets it copy, and they are no "
+    "substitute for a real judge's. For real judging bring a 7-8B instruct model: --model DIR (a Hugging Face "
+    "model directory or a .gguf file; `sumscore models` lists presets)."
+)
+
+
+def embedded_judge_note(rows: list[dict[str, Any]]) -> str | None:
+    """EMBEDDED_JUDGE_NOTE where any row was scored by the embedded judge; None otherwise."""
+    return EMBEDDED_JUDGE_NOTE if any((r.get("judge") or {}).get("embedded") for r in rows) else None
+
+
+def first_clause(reason: str | None, limit: int = 110) -> str:
+    """A reason's first clause ("The score is 0 because alignment (0) set it"), within limit characters."""
+    head = (reason or "").split(": ", 1)[0].rstrip(".")
+    return head if len(head) <= limit else head[: limit - 1] + "…"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from offline_sumscore.core.errors import InputError
@@ -31,6 +31,9 @@ class Sample:
     input_hash: str = ""  # hash of the row's judged content: a resumed run checks it against OUTPUT's row
     given_id: Any = None  # the id as the input gave it (a JSON string, number or boolean), None if it gave none
     doc_id: str | None = None  # the input's doc_id field, if any: kept in OUTPUT for `sumscore compare --by doc_id`
+    # Every field of the input row as the file gave it (the user's doc, model, ...): OUTPUT keeps them under "input",
+    # apart from the result's own fields. Not judged, so not compared or hashed.
+    columns: dict | None = field(default=None, compare=False, hash=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ class BadRow:
     input_hash: str
     error: InputError
     given_id: Any = None  # as for Sample: what OUTPUT's row shows as its id
+    columns: dict | None = field(default=None, compare=False, hash=False, repr=False)  # as for Sample
 
 
 _SAME = object()  # checked_sample's errors name the row's own id

@@ -261,8 +261,8 @@ def fold_system_message(messages: list[dict]) -> list[dict]:
 class Judge:
     """A loaded local judge: the model, its tokenizer and the record of how it was loaded."""
 
-    model: Any
-    tokenizer: Any
+    model: Any = field(repr=False)  # a repr names the judge, not every layer of its model
+    tokenizer: Any = field(repr=False)
     name: str
     path: str
     device: str
@@ -271,7 +271,9 @@ class Judge:
     context_length: int
     decisions: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
-    grammar_compiler: Any = None  # set by the engine: compiled grammars shared by every scorer on this judge
+    grammar_compiler: Any = field(
+        default=None, repr=False
+    )  # set by the engine: compiled grammars shared by every scorer on this judge
     embedded: bool = False  # the embedded 135M judge (the scorers choose their stage designs by it)
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -101,7 +101,7 @@ def read_rows(
         )
         return
     where = str(path)
-    rows = _raw_rows(path, [source_field, summary_field])
+    rows = _raw_rows(path, {source_field: "--source-field", summary_field: "--summary-field"})
     # Ids keep their JSON type: 1 and "1" are two ids, and 8.5 comes back as 8.5. A row without an id is known by
     # its line, and its OUTPUT id is null, so no made-up id can equal a real one.
     first_seen: dict[str, int | None] = {}
@@ -110,9 +110,9 @@ def read_rows(
         yield _one_row(line, row, first_seen, where, fields, allow_long_summary)
 
 
-def _raw_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict | InputError]]:
+def _raw_rows(path: Path, needed: Mapping[str, str]) -> Iterator[tuple[int, dict | InputError]]:
     """A file's rows as (line, dict), or (line, InputError) for a row that is not one; needed: a CSV's must-have
-    columns."""
+    columns, each with the flag that names it."""
     kind = input_kind(path)
     if kind in (".csv", ".tsv"):
         return _csv_rows(path, needed)
@@ -121,17 +121,76 @@ def _raw_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict | I
     return _jsonl_rows(path)
 
 
-def read_field(path: str | Path, field: str) -> dict[int, Any]:
+def read_field(path: str | Path, field: str, flag: str = "--label-field") -> dict[int, Any]:
     """One field of every row of a file (not a folder of shards), by line: what read_rows leaves out (a label)."""
     path = Path(path)
-    return {line: row.get(field) for line, row in _raw_rows(path, [field]) if isinstance(row, dict)}
+    return {line: row.get(field) for line, row in _raw_rows(path, {field: flag}) if isinstance(row, dict)}
+
+
+# What people call each field, most likely first: the column a missing-field error proposes.
+NAMES_BY_FLAG = {
+    "--source-field": (
+        "source",
+        "article",
+        "document",
+        "text",
+        "context",
+        "passage",
+        "content",
+        "body",
+        "transcript",
+        "dialogue",
+        "dialog",
+        "input",
+        "original",
+        "reference",
+    ),
+    "--summary-field": (
+        "summary",
+        "summaries",
+        "highlights",
+        "abstract",
+        "output",
+        "response",
+        "prediction",
+        "generated",
+        "candidate",
+        "hypothesis",
+    ),
+    "--label-field": ("label", "labels", "consistent", "consistency", "faithful", "factual", "target", "gold"),
+}
+
+
+def closest_column(field: str, flag: str, columns: Sequence[str], taken: Sequence[str] = ()) -> str | None:
+    """The column of `columns` most likely meant for `field`: a usual name for what flag names, else the most
+    similar name; None where nothing is near. Columns already used for another field (taken) are not proposed."""
+    import difflib
+
+    free = [c for c in columns if c not in taken]
+    by_name = {c.strip().lower(): c for c in free}
+    for name in NAMES_BY_FLAG.get(flag, ()):
+        if name in by_name:
+            return by_name[name]
+    near = difflib.get_close_matches(field, free, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def missing_hint(field: str, flag: str, columns: Sequence[str], taken: Sequence[str] = ()) -> str:
+    """How to name the field that is missing: its flag, with the closest column where one is near."""
+    near = closest_column(field, flag, columns, taken)
+    return f"name the one that holds it with {flag}" + (f" (closest: {flag} {near})" if near else "")
 
 
 def _one_row(line: int, row, first_seen: dict, where: str, fields: tuple[str, str, str], allow_long_summary: bool):
-    """One row as a Sample, or a BadRow naming what is wrong with it (its id, then its fields)."""
-    source_field, summary_field, id_field = fields
+    """One row as a Sample, or a BadRow naming what is wrong with it (its id, then its fields); either keeps the
+    row's fields as the file gave them (columns)."""
     if isinstance(row, InputError):
         return BadRow(id=f"line:{line}", line=line, key=f"line:{line}", input_hash=content_hash(str(row)), error=row)
+    return replace(_checked_row(line, row, first_seen, where, fields, allow_long_summary), columns=row)
+
+
+def _checked_row(line: int, row: dict, first_seen: dict, where: str, fields: tuple[str, str, str], allow_long_summary):
+    source_field, summary_field, id_field = fields
     value = row.get(id_field)
     given = value not in (None, "")
     typed = json.dumps(value, sort_keys=True, ensure_ascii=False) if given else None
@@ -179,9 +238,17 @@ def _sample(
     summary_field: str,
     allow_long_summary: bool,
 ) -> Sample:
-    for field in (source_field, summary_field):
+    for field, flag in ((source_field, "--source-field"), (summary_field, "--summary-field")):
         if field not in row:
-            raise InputError("is missing", field=field, line=line, row_id=row_id, path=where, cause="missing_field")
+            raise InputError(
+                f"is missing; this row has {', '.join(map(str, row)) or 'no fields'}: "
+                + missing_hint(field, flag, [str(k) for k in row], [source_field, summary_field]),
+                field=field,
+                line=line,
+                row_id=row_id,
+                path=where,
+                cause="missing_field",
+            )
     checked = checked_sample(
         row_id,
         row[source_field],
@@ -259,6 +326,7 @@ def _shard_rows(folder: Path, **options) -> Iterator[Sample | BadRow]:
                             path=str(shard),
                             cause="duplicate_id",
                         ),
+                        columns=item.columns,
                     )
                     continue
                 first_seen[item.key] = shard.name
@@ -329,7 +397,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict | InputError]]:
             yield (
                 line,
                 InputError(
-                    f"is not valid JSON ({exc.msg} at column {exc.colno})", line=line, path=str(path), cause=cause
+                    f"is not valid JSON ({exc.msg}: column {exc.colno})", line=line, path=str(path), cause=cause
                 ),
             )
             continue
@@ -350,7 +418,7 @@ def _array_rows(path: Path, text: str) -> Iterator[tuple[int, dict | InputError]
         items = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
-            f"starts as a JSON array but is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})",
+            f"starts as a JSON array but is not valid JSON ({exc.msg}: line {exc.lineno}, column {exc.colno})",
             path=str(path),
             cause="invalid_json",
         ) from None
@@ -371,7 +439,7 @@ def _array_rows(path: Path, text: str) -> Iterator[tuple[int, dict | InputError]
             )
 
 
-def _csv_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict | InputError]]:
+def _csv_rows(path: Path, needed: Mapping[str, str]) -> Iterator[tuple[int, dict | InputError]]:
     lines = _text_lines(path)
     first = next(lines, "")
     # The delimiter: a tab for .tsv; for .csv the one of , ; tab | whose split of the header holds the needed
@@ -385,9 +453,12 @@ def _csv_rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict | I
     if missing:
         named = {",": "commas", ";": "semicolons", "\t": "tabs", "|": "pipes"}
         seen = "; ".join(f"split by {named[d]}: {', '.join(split[d])}" for d in candidates if len(split[d]) > 1)
+        best = max(candidates, key=lambda d: len(split[d]))
+        hints = "; ".join(f"for {f}, " + missing_hint(f, needed[f], split[best], list(needed)) for f in missing)
         raise InputError(
             f"CSV header lacks column(s) {', '.join(missing)}; it has {first.strip()!r}"
-            + (f" ({seen})" if seen else " (one column, whatever the delimiter)"),
+            + (f" ({seen})" if seen else " (one column, whatever the delimiter)")
+            + f": {hints}",
             line=1,
             path=str(path),
             cause="csv_columns",

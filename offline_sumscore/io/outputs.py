@@ -2,7 +2,9 @@
 
 Verdict lists (claims, questions, coverage_verdicts, keyphrases, answers) stay nested in JSONL and Parquet
 and become JSON strings in CSV; the audit fields whose keys differ from row to row (stages, judge, settings,
-error) are JSON strings in Parquet and CSV, nested in JSONL.
+error) are JSON strings in Parquet and CSV, nested in JSONL. The input row's own fields (the user's doc, model, ...)
+are one object, "input", in JSONL, and columns of their own, "input.<name>", in Parquet and CSV, first after the id:
+apart from ours, so that no name of theirs can overwrite a score.
 """
 
 from __future__ import annotations
@@ -28,10 +30,17 @@ def output_kind(path: str | os.PathLike) -> str:
     return {".json": ".jsonl"}.get(suffix, suffix)
 
 
+INPUT_PREFIX = "input."
+
+
 def flat_row(row: dict, *, lists_as_json: bool) -> dict:
     out = {}
     for key, value in row.items():
-        if key in AUDIT_FIELDS or (lists_as_json and isinstance(value, (list, dict))):
+        if key == "input" and isinstance(value, dict):
+            for name, given in value.items():
+                nested = isinstance(given, (list, dict)) and (lists_as_json or isinstance(given, dict))
+                out[INPUT_PREFIX + str(name)] = json.dumps(given, ensure_ascii=False, default=str) if nested else given
+        elif key in AUDIT_FIELDS or (lists_as_json and isinstance(value, (list, dict))):
             out[key] = None if value is None else json.dumps(value, ensure_ascii=False)
         else:
             out[key] = value
@@ -48,7 +57,7 @@ def write_rows(rows: list[dict], path: str | os.PathLike) -> None:
         )
     elif kind == ".csv":
         flat = [flat_row(r, lists_as_json=True) for r in rows]
-        columns = list(dict.fromkeys(k for r in flat for k in r))
+        columns = _columns(flat)
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns)
         writer.writeheader()
@@ -57,9 +66,16 @@ def write_rows(rows: list[dict], path: str | os.PathLike) -> None:
     else:
         pa, pq = need_module("pyarrow"), need_module("pyarrow.parquet")
         flat = [flat_row(r, lists_as_json=False) for r in rows]
-        columns = list(dict.fromkeys(k for r in flat for k in r))
+        columns = _columns(flat)
         table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in flat])
         replace_file(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def _columns(flat: list[dict]) -> list[str]:
+    """Every flat row's columns: the id, then the input's own fields, then ours, each in first-seen order."""
+    columns = list(dict.fromkeys(k for r in flat for k in r))
+    theirs = [c for c in columns if c.startswith(INPUT_PREFIX)]
+    return [c for c in columns if c == "id"] + theirs + [c for c in columns if c != "id" and c not in theirs]
 
 
 def read_results(path: str | os.PathLike) -> list[dict]:
@@ -100,13 +116,16 @@ def _read_results(path: Path) -> list[dict]:
         rows = need_module("pyarrow.parquet").read_table(path).to_pylist()
     out = []
     for row in rows:
-        fixed = {}
+        fixed, given = {}, {}
         for key, value in row.items():
             if isinstance(value, str) and (key in AUDIT_FIELDS or (kind == ".csv" and value[:1] in "[{")):
                 try:
                     value = json.loads(value)
                 except json.JSONDecodeError:
                     pass
-            fixed[key] = value
-        out.append(fixed)
+            if key.startswith(INPUT_PREFIX):
+                given[key[len(INPUT_PREFIX) :]] = value
+            else:
+                fixed[key] = value
+        out.append(dict(fixed, input=given) if given else fixed)
     return out

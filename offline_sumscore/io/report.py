@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 from offline_sumscore.analysis.calibration import one_sided_run
 from offline_sumscore.analysis.comparison import left_out, verdict_label
+from offline_sumscore.core.results import embedded_judge_note, row_label
 
 W, H, PAD = 420, 260, 40  # plot size and margin, in SVG user units
 
@@ -102,6 +103,7 @@ h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid
 table{border-collapse:collapse;width:100%}
 td,th{border-bottom:1px solid #eee;padding:.35rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f6f6}.num{text-align:right;font-variant-numeric:tabular-nums}.bad{color:#b00020}.ok{color:#1b5e20}
+.banner{background:#fff4d6;border:1px solid #e0b84a;border-radius:6px;padding:.6rem .8rem}
 mark.conflict{background:#ffd6d6;border-bottom:2px solid #b00020}
 mark.weakest{background:none;border-bottom:2px dotted #b00020}
 .axis{stroke:#444;stroke-width:1}.diag{stroke:#bbb;stroke-dasharray:4 3}.dot{fill:#1f77b4;fill-opacity:.65}
@@ -132,8 +134,9 @@ def _marked(text: str, entry: dict, failed: bool) -> str:
     elif failed and e and e.get("word"):
         word, kind = html.escape(e["word"]), "weakest"
         note = f"the word the text explains least (PMI {e['pmi']:+.1f} nats)"
+        expected = e.get("expected_word") or e["expected"].strip()
         if e["expected"].strip() not in ("", e["token"].strip()):  # a space expected says nothing worth showing
-            note += f"; the judge expected &#39;{html.escape(e['expected'].strip())}&#39; (p {e['p_expected']:.2f})"
+            note += f"; the judge expected &#39;{html.escape(expected)}&#39; (p {e['p_expected']:.2f})"
     else:
         return shown
     mark = f'<mark class="{kind}" title="{note}">{word}</mark>'
@@ -171,6 +174,9 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
     sections = [
         f"<h1>{html.escape(title)}</h1>",
         f"<p class=bad id=one-sided>Warning: {html.escape(warning)}</p>" if warning else "",
+        f"<p class=banner id=embedded-judge>Note: {html.escape(note)}</p>"
+        if (note := embedded_judge_note(rows))
+        else "",
         _the_run(rows, ok, failed, metric, settings, scores, scale),
         _score_plots(ok, scores, metric == "two-axis"),
         _lowest(ok, worst, metric == "two-axis"),
@@ -179,7 +185,7 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
         sections.append(
             "<h2>Failed rows</h2><table><tr><th>id</th><th>cause</th><th>message</th></tr>"
             + "".join(
-                f"<tr><td>{_cell(r.get('id'))}</td><td>{_cell(r['error'].get('cause'))}</td>"
+                f"<tr><td>{_cell(row_label(r))}</td><td>{_cell(r['error'].get('cause'))}</td>"
                 f"<td>{_cell(r['error'].get('message'))}</td></tr>"
                 for r in failed
             )
@@ -193,12 +199,23 @@ def render(rows: list[dict], *, title: str = "offline_sumscore report", worst: i
     )
 
 
+def wall_seconds(rows: list[dict]) -> tuple[float | None, int]:
+    """The wall time the rows took to score, and over how many runs: each run's span from its start to the last row
+    it wrote, added up (a resumed run is a second run). None where the rows carry no timing (an older OUTPUT)."""
+    last: dict[float, float] = {}
+    for r in rows:
+        t = r.get("timing") or {}
+        if "run_started" in t and "written" in t:
+            last[t["run_started"]] = max(last.get(t["run_started"], t["written"]), t["written"])
+    return (sum(end - start for start, end in last.items()) if last else None), len(last)
+
+
 def _the_run(rows, ok, failed, metric: str, settings: dict, scores: list[float], scale: float) -> str:
     """The run's facts: metric, judge, rows, mean score, tokens, judge time, settings."""
     judge = next((r.get("judge") for r in ok if r.get("judge")), {})
     stages = [s for r in rows for s in (r.get("stages") or {}).values()]
     tokens_in, tokens_out = sum(s.get("tokens_in", 0) for s in stages), sum(s.get("tokens_out", 0) for s in stages)
-    seconds = sum(s.get("seconds", 0) for s in stages)
+    wall, runs = wall_seconds(rows)
     causes = Counter((r["error"] or {}).get("cause", "?") for r in failed)
     mean = sum(scores) / len(scores) if scores else None
     return (
@@ -211,8 +228,9 @@ def _the_run(rows, ok, failed, metric: str, settings: dict, scores: list[float],
         + ")</dd>"
         f"<dt>mean score</dt><dd>{_cell(mean)}{' (on 0..1)' if scale != 1 else ''}</dd>"
         f"<dt>tokens</dt><dd>{tokens_in} in, {tokens_out} out</dd>"
-        f"<dt>judge time</dt><dd>{seconds:.1f} s, summed over stages (stages run in parallel batches, so the "
-        f"wall time was shorter)</dd>"
+        f"<dt>wall time</dt><dd>{'-' if wall is None else f'{wall:.1f} s'} scoring"
+        + (f", over {runs} runs (resumed)" if runs > 1 else "")
+        + " (from the run's start to its last row written; the judge's loading aside)</dd>"
         f"<dt>settings</dt><dd><code>{html.escape(json.dumps(settings))}</code></dd></dl>"
     )
 
@@ -221,7 +239,7 @@ def _score_plots(ok: list[dict], scores: list[float], two_axis: bool) -> str:
     """The score histogram, the two parts of the score against each other, and the shares of misses."""
     plots = [f'<div class="card"><b>Score distribution</b><br>{histogram_svg(scores, "score (0..1)")}</div>']
     if two_axis:
-        pts = [(r["alignment"], r["coverage"], f"{r['id']}: score {r['score']}") for r in ok]
+        pts = [(r["alignment"], r["coverage"], f"{row_label(r)}: score {r['score']}") for r in ok]
         plots.append(
             '<div class="card"><b>Alignment against coverage</b> <small>one point per summary</small><br>'
             + scatter_svg(pts, "alignment", "coverage")
@@ -236,7 +254,11 @@ def _score_plots(ok: list[dict], scores: list[float], two_axis: bool) -> str:
         ]
     else:
         pts = [
-            (r["qa"], r["conciseness"] if r.get("conciseness") is not None else 0, f"{r['id']}: score {r['score']:.3f}")
+            (
+                r["qa"],
+                r["conciseness"] if r.get("conciseness") is not None else 0,
+                f"{row_label(r)}: score {r['score']:.3f}",
+            )
             for r in ok
         ]
         plots.append(
@@ -265,7 +287,7 @@ def _lowest(ok: list[dict], worst: int, two_axis: bool) -> str:
     for r in lowest:
         a, b = (r.get("alignment"), r.get("coverage")) if two_axis else (r.get("qa"), r.get("conciseness"))
         table.append(
-            f"<tr><td>{_cell(r['id'])}</td><td class=num>{_cell(float(r['score']))}</td><td class=num>"
+            f"<tr><td>{_cell(row_label(r))}</td><td class=num>{_cell(float(r['score']))}</td><td class=num>"
             f"{_cell(a)}</td><td class=num>{_cell(b)}</td><td>{html.escape(r.get('reason') or '')}"
             f"{_verdicts(r)}</td></tr>"
         )

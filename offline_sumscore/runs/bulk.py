@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -40,15 +41,19 @@ DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, 
 def bad_row(item: BadRow, metric: str = "") -> dict:
     """The OUTPUT row of an input row that cannot be scored: its input error and where it came from."""
     row = FailedRow.bad_input(item.error, id=item.given_id, metric=metric).to_dict()
-    return dict(row, line=item.line, row_key=item.key, input_hash=item.input_hash)
+    row = dict(row, line=item.line, row_key=item.key, input_hash=item.input_hash)
+    if item.columns is not None:
+        row["input"] = item.columns
+    return row
 
 
 def dumps(row: dict) -> bytes:
-    line = json.dumps(row, ensure_ascii=False) + "\n"
+    # default=str: a Parquet input's dates and decimals, kept among the row's input fields, are written as text
+    line = json.dumps(row, ensure_ascii=False, default=str) + "\n"
     try:
         return line.encode("utf-8")
     except UnicodeEncodeError:  # undecodable input bytes (kept as lone surrogates) in an id: write them escaped
-        return (json.dumps(row) + "\n").encode("ascii")
+        return (json.dumps(row, default=str) + "\n").encode("ascii")
 
 
 def read_finished(path: Path) -> tuple[list[dict], int, bool]:
@@ -181,6 +186,8 @@ def _with_origin(item: Sample, result: dict) -> dict:
     )
     if item.doc_id is not None:
         result["doc_id"] = item.doc_id
+    if item.columns is not None:
+        result["input"] = item.columns  # the user's fields, untouched, apart from ours: no name of theirs can clash
     return result
 
 
@@ -201,6 +208,7 @@ def run_bulk(
     score_chunks: how the chunks that are not done get scored (default: here, as one stream of at most in_flight
     samples); it may yield them in any order, as a pool of workers finishes them (offline_sumscore.runs.ray_pool)."""
     check_count("chunk_size", chunk_size)
+    started = time.time()
     path = Path(output)
     done: dict[str, dict] = {}
     report = BulkReport(rows=[])
@@ -220,6 +228,10 @@ def run_bulk(
 
         def write(k: int, rows: list[dict]) -> None:
             chunk = chunks[k]
+            # Wall-clock facts of the run that wrote the row: a report adds up each run's span (resumed runs too)
+            stamp = {"run_started": round(started, 3), "written": round(time.time(), 3)}
+            for row in rows:
+                row["timing"] = stamp
             out.write(b"".join(dumps(r) for r in rows))
             out.flush()
             os.fsync(out.fileno())

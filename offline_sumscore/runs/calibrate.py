@@ -58,6 +58,7 @@ def calibrate_file(
     model: Any = None,
     options: dict | None = None,
     label_field: str = "label",
+    fields: dict | None = None,
     resamples: int = 2000,
     seed: int = 0,
     progress: bool = False,
@@ -65,10 +66,11 @@ def calibrate_file(
 ) -> CalibrationRun:
     """Score every labelled row with likelihood verdicts on each summary sentence, take each row's lowest claim
     PMI, and pick the threshold that separates the consistent rows best (a summary is consistent when all its
-    claims are). A bad row or label fails the whole calibration loudly: a threshold is only as good as its rows."""
+    claims are). A bad row or label fails the whole calibration loudly: a threshold is only as good as its rows.
+    fields: which field is what (source_field, summary_field, id_field), as read_rows takes them."""
     if options and "likelihood_threshold" in options:
         raise UsageError("calibrate chooses --likelihood-threshold; do not give it")
-    rows = list(read_rows(input_path))
+    rows = list(read_rows(input_path, **(fields or {})))
     for row in rows:
         if isinstance(row, BadRow):
             raise row.error

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from offline_sumscore.analysis.comparison import System, compare_systems, system_from_rows
+from offline_sumscore.analysis.comparison import System, compare_systems, split_by_system, system_from_rows
+from offline_sumscore.core.durable import replace_bytes
 from offline_sumscore.core.errors import InputError, UsageError, check_count
 from offline_sumscore.core.samples import BadRow
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.io.outputs import output_kind, read_results, write_rows
 from offline_sumscore.peers.mastra import to_mastra
-from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, BulkReport, run_bulk
+from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, BulkReport, dumps, run_bulk
 from offline_sumscore.runs.ray_pool import RayPool
 from offline_sumscore.scorers import METRICS
 
@@ -34,7 +35,7 @@ RESULT_SUFFIXES = (".jsonl", ".parquet", ".csv")
 class Output:
     """Where a run writes. Rows are appended to a JSONL record as they finish (what --resume reads); the record is
     OUTPUT itself for native JSONL, and other formats, the Mastra shape and folders of shards are written from it at
-    the end."""
+    the end, when the record, a working file, is removed (a run cut short keeps it, for --resume)."""
 
     path: str
     sharded: bool  # OUTPUT is a folder (its name ends in /): shards part-00000.<format>, ...
@@ -120,9 +121,7 @@ def score_file(
     refuse_overwriting_input(input_path, [output.path, output.record])
     items = _rows(input_path, source_field, summary_field, id_field, allow_long_summary)
     # OUTPUT's folder is made now, before the judge loads: a typo in a path costs no model load.
-    Path(output.path).parent.mkdir(parents=True, exist_ok=True)
-    if output.sharded:
-        Path(output.path).mkdir(parents=True, exist_ok=True)
+    (Path(output.path) if output.sharded else Path(output.path).parent).mkdir(parents=True, exist_ok=True)
     bad = [item for item in items if isinstance(item, BadRow)]
     if fail_fast and bad:
         raise bad[0].error
@@ -135,6 +134,7 @@ def score_file(
         score_chunks = ray.chunk_scorer(metric, model, options, cache)
     elif len(bad) < len(items):
         scorer.load()  # now: a bad --model fails before OUTPUT is touched
+    _record_from_output(output, output_format, resume)
     started = time.perf_counter()
     with progress(len(items)) if progress else nullcontext() as bar:
         report = run_bulk(
@@ -148,7 +148,7 @@ def score_file(
             progress=bar.update if bar is not None else None,
             score_chunks=score_chunks,
         )
-    _write_final(output, report.rows, output_format, shard_rows, shard_format)
+    _write_final(output, report, output_format, shard_rows, shard_format)
     return FileRun(
         report=report, scorer=scorer, output=output, bad_rows=len(bad), seconds=time.perf_counter() - started
     )
@@ -186,16 +186,60 @@ def _rows(input_path, source_field: str, summary_field: str, id_field: str, allo
     return items
 
 
-def _write_final(output: Output, rows: list[dict], output_format: str, shard_rows: int, shard_format: str) -> None:
-    """OUTPUT in its final form, where that is not the run's own record (another format, a folder of shards)."""
+def _final_files(output: Output) -> list[Path]:
+    """OUTPUT's final files, where a finished run wrote them (none before one has)."""
+    path = Path(output.path)
+    if output.sharded:
+        return sorted(f for f in path.iterdir() if f.suffix in RESULT_SUFFIXES) if path.is_dir() else []
+    return [path] if path.is_file() else []
+
+
+def _record_from_output(output: Output, output_format: str, resume: bool) -> None:
+    """--resume after a finished run, whose record was removed: the record again, from OUTPUT's rows (CSV's text
+    read back as the numbers and booleans it was written from)."""
+    record, finals = Path(output.record), _final_files(output) if resume else []
+    if output.record == output.path or record.exists() or not finals:
+        return
+    if output_format == "mastra":
+        raise UsageError(
+            f"{output.path} holds rows in Mastra's shape, which lack what --resume matches rows by; "
+            f"drop --resume to score every row again"
+        )
+    rows = [_typed(row) if f.suffix == ".csv" else row for f in finals for row in read_results(f)]
+    replace_bytes(record, b"".join(dumps(r) for r in rows))
+
+
+def _typed(row: dict) -> dict:
+    """A CSV row read back: our scalar fields as the numbers, booleans and nulls they were (the id and the input's
+    own fields stay as the file has them)."""
+    out = dict(row)
+    for key, value in row.items():
+        if key in ("id", "input", "row_key", "input_hash", "source_hash") or not isinstance(value, str):
+            continue
+        if value in ("", "True", "False"):
+            out[key] = {"": None, "True": True, "False": False}[value]
+            continue
+        try:
+            out[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+        except ValueError:
+            pass
+    return out
+
+
+def _write_final(output: Output, report: BulkReport, output_format: str, shard_rows: int, shard_format: str) -> None:
+    """OUTPUT in its final form, where that is not the run's own record (another format, a folder of shards); then
+    the record, a working file, is removed, unless the run stopped short (--fail-fast), which --resume finishes."""
     if output.record == output.path:
         return
+    rows = report.rows
     final = [to_mastra(r) for r in rows] if output_format == "mastra" else rows
     if output.sharded:
         for n, start in enumerate(range(0, len(final), shard_rows)):
             write_rows(final[start : start + shard_rows], Path(output.path) / f"part-{n:05d}.{shard_format}")
     else:
         write_rows(final, output.path)
+    if not report.stopped_early:
+        Path(output.record).unlink(missing_ok=True)
 
 
 def compare_files(
@@ -203,23 +247,39 @@ def compare_files(
     *,
     names: Sequence[str] | None = None,
     by: str | None = None,
+    system_field: str | None = None,
+    id_field: str | None = None,
     allow_mixed: bool = False,
     resamples: int = 10000,
     seed: int = 0,
 ) -> tuple[dict, list[System]]:
-    """`sumscore compare`: (report, systems) from two or more OUTPUTs (files, or folders of shards), one per system."""
-    systems = []
-    for k, path in enumerate(paths):
-        path = Path(path)
-        files = sorted(f for f in path.iterdir() if f.suffix in RESULT_SUFFIXES) if path.is_dir() else [path]
-        if not files:
-            raise InputError(
-                f"is a folder with no {', '.join(RESULT_SUFFIXES)} shards", path=str(path), cause="not_results"
-            )
-        rows = [row for f in files for row in read_results(f)]
-        systems.append(system_from_rows(names[k] if names else path.name.split(".")[0] or str(path), rows, by))
+    """`sumscore compare`: (report, systems) from two or more OUTPUTs (files, or folders of shards), one per system;
+    or, with system_field, from the rows of one or more OUTPUTs, each row's system named by that field (the input
+    row's `model`, say). by: the field that names each row's document (default: the source's hash); id_field: the
+    field that names a row in what is reported (default: its id, else its line)."""
+    read = [(Path(path), _result_rows(Path(path))) for path in paths]
+    if system_field:
+        if names:
+            raise UsageError("--name names one file per system; with --system-field the systems are named by it")
+        groups = split_by_system([row for _, rows in read for row in rows], system_field)
+        systems = [system_from_rows(name, rows, by, id_field) for name, rows in groups.items()]
+    else:
+        systems = [
+            system_from_rows(names[k] if names else path.name.split(".")[0] or str(path), rows, by, id_field)
+            for k, (path, rows) in enumerate(read)
+        ]
     if len({s.name for s in systems}) < len(systems):
         raise UsageError(
             "two RESULTS have the same name (" + ", ".join(s.name for s in systems) + "): tell them apart with --name"
         )
     return compare_systems(systems, allow_mixed=allow_mixed, resamples=resamples, seed=seed), systems
+
+
+def _result_rows(path: Path) -> list[dict]:
+    """The rows of one OUTPUT: a file, or a folder of shards."""
+    files = sorted(f for f in path.iterdir() if f.suffix in RESULT_SUFFIXES) if path.is_dir() else [path]
+    if not files:
+        raise InputError(
+            f"is a folder with no {', '.join(RESULT_SUFFIXES)} shards", path=str(path), cause="not_results"
+        )
+    return [row for f in files for row in read_results(f)]

@@ -139,7 +139,7 @@ def score_chunks_on_ray(
         by_k = dict(todo)
         payloads = []
         for k, chunk in todo:
-            samples = [asdict(item) for item in chunk if isinstance(item, Sample)]
+            samples = [dict(asdict(item), columns=None) for item in chunk if isinstance(item, Sample)]
             if samples:
                 payloads.append({"chunk": k, "samples": json.dumps(samples, ensure_ascii=False)})
             else:  # a chunk of bad rows only: nothing for a judge to do

@@ -203,7 +203,10 @@ class SummaryScore(ScorerBase):
         replies = Replies(
             (yield [r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)])
         )
-        got = [LIKELIHOOD.read(replies.take(LIKELIHOOD.width), stages, f"ragas_answers.{i}") for i in range(len(items))]
+        got = [
+            LIKELIHOOD.read(replies.take(LIKELIHOOD.width), stages, f"ragas_answers.{i}", sample.summary)
+            for i in range(len(items))
+        ]
         answers, p_yes = ["1" if g["verdict"] else "0" for g in got], [g["p"] for g in got]
         design = {"design.answers": "likelihood", "design.likelihood_rule": LIKELIHOOD_RULE}
         return self._result(sample, [], items, answers, p_yes, design, stages)

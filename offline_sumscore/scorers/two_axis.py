@@ -326,24 +326,24 @@ class SummarizationScorer(ScorerBase):
             if deepeval_q:
                 wave += [r for p in pieces for r in verdict.requests(sid, "source_answer", p, item, "answerable")]
         replies = Replies((yield wave) if wave else [])
-        judged = [self._judged_claim(claim, i, len(pieces), replies, stages) for i, claim in enumerate(claims)]
+        judged = [self._judged_claim(claim, i, pieces, replies, stages) for i, claim in enumerate(claims)]
         verdicts = []
         for j in range(len(asked)):
-            got = verdict.read(replies.take(verdict.width), stages, f"coverage.{j}")
+            got = verdict.read(replies.take(verdict.width), stages, f"coverage.{j}", sample.summary)
             entry = {"answered": got["verdict"], "p_answered": got["p"]}
             entry.update({k: v for k, v in got.items() if k in VERDICT_DETAILS})
             if deepeval_q:
                 keys = [f"source_answer.{j}" + (f".{k}" if len(pieces) > 1 else "") for k in range(len(pieces))]
-                answers = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
+                answers = [verdict.read(replies.take(verdict.width), stages, key, p) for key, p in zip(keys, pieces)]
                 entry["source_answered"] = any(a["verdict"] for a in answers)
             verdicts.append(entry)
         return judged, verdicts
 
-    def _judged_claim(self, claim: str, i: int, n_pieces: int, replies: Replies, stages: dict) -> dict:
+    def _judged_claim(self, claim: str, i: int, pieces: list[str], replies: Replies, stages: dict) -> dict:
         """A claim's entry: supported when any piece of the source supports it (the most confident piece wins)."""
-        verdict = self.verdict_stage
+        verdict, n_pieces = self.verdict_stage, len(pieces)
         keys = [f"support.{i}" + (f".{k}" if n_pieces > 1 else "") for k in range(n_pieces)]
-        found = [verdict.read(replies.take(verdict.width), stages, key) for key in keys]
+        found = [verdict.read(replies.take(verdict.width), stages, key, p) for key, p in zip(keys, pieces)]
         best = max(range(n_pieces), key=lambda k: (found[k]["verdict"], found[k]["p"] or 0))
         entry = {"claim": claim, "supported": found[best]["verdict"], "p_supported": found[best]["p"]}
         entry.update({k: v for k, v in found[best].items() if k in VERDICT_DETAILS})

@@ -10,6 +10,7 @@ schema and its reading side by side: what a request asks, and what its reply mea
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from offline_sumscore.core import prompts, schemas
@@ -102,17 +103,18 @@ class VerdictStage:
             )
         ]
 
-    def read(self, replies: list[StageResult], stages: dict, key: str) -> dict:
-        """One verdict from its replies: {"verdict", "p", "reason"?, "pmi"?}. Raises JudgeOutputError loudly."""
+    def read(self, replies: list[StageResult], stages: dict, key: str, context: str | None = None) -> dict:
+        """One verdict from its replies: {"verdict", "p", "reason"?, "pmi"?}. context: the text the statement was
+        checked against (it names the words the judge expects). Raises JudgeOutputError loudly."""
         if self.verdicts == "likelihood":
             text = require(replies[0], stages, key)
             base = require(replies[1], stages, f"{key}.baseline")
             pmi = text.mean_logprob - base.mean_logprob
-            conflict = typed_conflict(text, base)
+            conflict = typed_conflict(text, base, context=context)
             score = pmi + CONFLICT_WEIGHT * conflict["pmi"] if conflict else pmi
             margin = score - self.likelihood_threshold
             out = {"verdict": margin >= 0, "p": 1 / (1 + math.exp(-margin)), "pmi": round(pmi, 6)}
-            evidence = weakest_token(text, base)
+            evidence = weakest_token(text, base, context)
             if evidence is not None:
                 out["evidence"] = evidence
             if conflict:
@@ -133,28 +135,40 @@ CONFLICT_WEIGHT = 0.5
 CONFLICT_CONFIDENCE = 0.5  # the judge's probability of the other token, given the text, for a conflict
 LIKELIHOOD_RULE = (
     f"mean PMI + {CONFLICT_WEIGHT:g} x the PMI of the worst fact conflict "
-    f"(number for number, name for name, or a negation on one side; p >= {CONFLICT_CONFIDENCE:g}); "
+    f"(number for number, number word for number word, name for name, or a negation on one side; "
+    f"p >= {CONFLICT_CONFIDENCE:g}; none where the judge expects the text's first word); "
     "a summary of one sentence asked as a one-sentence summary, any other statement as a quote"
 )
 NEGATIONS = frozenset({"not", "n't", "never", "no", "nor", "cannot", "without"})
+# Numbers written in words: "two days" where the text says "six hours" is a changed number. A word is compared with a
+# word only: a tokenizer that cuts "20" into "2" and "0" shows the judge expecting "2" where a summary says "twenty".
+NUMBER_WORDS = frozenset(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen "
+    "eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million billion "
+    "trillion dozen".split()
+)
 
 
 def fact_kind(text: str) -> str | None:
-    """What a token would change if swapped: "number", "name" (capitalized), "negation"; None for other words."""
+    """What a token would change if swapped: "number" (digits), "number word" ("six"), "name" (capitalized),
+    "negation"; None for other words."""
     word = text.strip().strip("\"'.,;:!?()")
     if not word:
         return None
     if any(c.isdigit() for c in word):
         return "number"
+    if word.lower() in NUMBER_WORDS:
+        return "number word"
     if word.lower() in NEGATIONS or word.lower().endswith(("n't", "n’t")):
         return "negation"
     return "name" if word[0].isupper() else None
 
 
 def swaps_a_fact(written: str, expected: str) -> bool:
-    """A number where the judge expected another number, a name where it expected another name, or a negation on
-    one side only (the sense flips). A pronoun for a name, a word for a number, "n't" for "not": a paraphrase, not a
-    swap. `written` is the token with any contraction after it joined on (written_token)."""
+    """A number where the judge expected another number (digits for digits, a number word for a number word), a name
+    where it expected another name, or a negation on one side only (the sense flips). A pronoun for a name, "two" for
+    "2", "n't" for "not": a paraphrase, not a swap. `written` is the token with any contraction after it joined on
+    (written_token)."""
     mine, theirs = fact_kind(written), fact_kind(expected)
     if "negation" in (mine, theirs):
         return mine != theirs
@@ -170,55 +184,126 @@ def written_token(tokens: list[str], at: int) -> str:
     return word
 
 
-def word_around(tokens: list[str], at: int, instead: str) -> tuple[str, str]:
-    """The whole word that token `at` is part of, and the same word with `instead` in its place ('2' of "27" with
-    '1' instead: "27" and "17")."""
+def word_span(tokens: list[str], at: int) -> tuple[int, int]:
+    """The tokens [start, end) of the whole word that token `at` is part of; a number's digits with the commas and
+    points between them are one word ("1,200", "3.5")."""
+
+    def joined(left: str, mid: str, right: str) -> bool:  # "1" "," "200": a separator inside a number
+        return mid in (",", ".") and left[-1:].isdigit() and right[:1].isdigit()
+
     start, end = at, at + 1
-    while start > 0 and not tokens[start].startswith(" ") and tokens[start - 1][-1:].isalnum():
-        start -= 1
-    while end < len(tokens) and not tokens[end].startswith(" ") and tokens[end][:1].isalnum():
-        end += 1
-    before, after = "".join(tokens[start:at]), "".join(tokens[at + 1 : end])
-    return (before + tokens[at] + after).strip(), (before + instead + after).strip()
+    while start > 0:
+        if not tokens[start].startswith(" ") and tokens[start - 1][-1:].isalnum():
+            start -= 1
+        elif start > 1 and joined(tokens[start - 2], tokens[start - 1], tokens[start]):
+            start -= 2
+        else:
+            break
+    while end < len(tokens):
+        if not tokens[end].startswith(" ") and tokens[end][:1].isalnum():
+            end += 1
+        elif end + 1 < len(tokens) and joined(tokens[end - 1], tokens[end], tokens[end + 1]):
+            end += 2
+        else:
+            break
+    return start, end
 
 
-def typed_conflict(text: Likelihood, base: Likelihood, confident: float = CONFLICT_CONFIDENCE) -> dict | None:
+def word_around(tokens: list[str], at: int) -> str:
+    """The whole word that token `at` is part of ('2' of "27": "27")."""
+    start, end = word_span(tokens, at)
+    return "".join(tokens[start:end]).strip()
+
+
+# A word of a text as a reader quotes it: letters and digits, with the commas, points, hyphens and apostrophes inside
+# it ("1,200", "3-1", "Veloran's"), none at its ends.
+_TEXT_WORD = re.compile(r"(?<![\w])\w(?:[\w,.'’-]*\w)?")
+
+
+def expected_word(tokens: list[str], at: int, expected: str, text: str | None) -> str:
+    """The word the judge expects at token `at`, as a whole word of the text it read. The judge picks one token: where
+    that token completes a word of its own, it is the word; else the judge is copying a word of the text (a '1' where
+    the summary has the '2' of "21", against a text saying "12 million"), and the word shown is the text's word that
+    begins so, the one whose neighbours match the statement's where several do. Where the text holds no such word,
+    the token is shown as the start of a word ('1…'): never the judge's token glued to the rest of the summary's
+    word, which would name a number no text holds."""
+    if not any(ch.isalnum() for ch in expected):  # punctuation stands for itself
+        return expected.strip()
+    if expected == tokens[at]:
+        return word_around(tokens, at)
+    start, end = word_span(tokens, at)
+    fresh = expected[:1].isspace() or start == at
+    prefix = expected.strip() if fresh else "".join(tokens[start:at]).lstrip() + expected
+    whole = end == at + 1 and (fresh or not expected[-1:].isalnum())
+    found = [m for m in _TEXT_WORD.finditer(text or "") if m.group().startswith(prefix)]
+    if not found:
+        return prefix if whole else prefix + "…"
+    after = "".join(tokens[end:]).split()[:1]  # the statement's next word, to pick among the text's candidates
+    before = "".join(tokens[:start]).split()[-1:]
+
+    def fit(m: re.Match) -> tuple[int, int]:
+        return (text[m.end() :].split()[:1] == after) + (text[: m.start()].split()[-1:] == before), -m.start()
+
+    best = max(found, key=fit)
+    rivals = {m.group() for m in found if fit(m)[0] == fit(best)[0]}
+    if len(rivals) == 1:
+        return best.group()
+    return prefix if whole or prefix in rivals else prefix + "…"
+
+
+def opens_like_the_text(tokens: list[str], at: int, expected: str, text: str | None) -> bool:
+    """Token `at` lies in the statement's first word, and the judge expects the text's own first word there: at the
+    start of a statement the judge begins to quote the text from its top ('Ph' of "Pharmaceutical company Veloran
+    said..." where a paraphrase opens "In a trial..."). That says how the text opens, not what it states."""
+    opening = len("".join(tokens[: at + 1]).split()) <= 1
+    return bool(opening and text and expected.strip() and text.lstrip().startswith(expected.strip()))
+
+
+def typed_conflict(
+    text: Likelihood, base: Likelihood, confident: float = CONFLICT_CONFIDENCE, context: str | None = None
+) -> dict | None:
     """The statement's worst fact conflict: a token where the text makes the judge confident (p >= confident, 0.5 in
     the product) of another token of the same kind (swaps_a_fact), and which the text made less likely than it is
-    without it (negative PMI). None where there is none (or the engine read no tokens: a scripted judge)."""
+    without it (negative PMI); not where the judge only expects the text's opening words (opens_like_the_text).
+    context: the text the statement was checked against, which names the word the judge expects (expected_word).
+    None where there is none (or the engine read no tokens: a scripted judge)."""
     if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
         return None
     worst = None
-    rows = zip(text.token_texts, text.token_logprobs, base.token_logprobs, text.expected_texts, text.expected_logprobs)
+    tokens = text.token_texts
+    rows = zip(tokens, text.token_logprobs, base.token_logprobs, text.expected_texts, text.expected_logprobs)
     for at, (token, lp, bp, expected, elp) in enumerate(rows):
         if expected.strip() == token.strip() or math.exp(elp) < confident:
             continue
-        if (
-            swaps_a_fact(written_token(text.token_texts, at), expected)
-            and lp - bp < 0
-            and (worst is None or lp - bp < worst[1])
-        ):
-            worst = (at, lp - bp)
+        written = written_token(tokens, at)
+        if not swaps_a_fact(written, expected) or opens_like_the_text(tokens, at, expected, context):
+            continue
+        # A text that gives any number in words makes every number word likelier than it is without it, the wrong
+        # one too ("two" after a text saying "six hours": PMI +1.2), so a number word's conflict is read against
+        # the word the judge expected instead (log p(two) - log p(six), given the text: -4.8) where that is lower.
+        strength = lp - bp if fact_kind(written) != "number word" else min(lp - bp, lp - elp)
+        if strength < 0 and (worst is None or strength < worst[1]):
+            worst = (at, strength)
     if worst is None:
         return None
     at, pmi = worst
-    word, expected_word = word_around(text.token_texts, at, text.expected_texts[at])
     return {
-        "token": text.token_texts[at],
-        "word": word,
+        "token": tokens[at],
+        "word": word_around(tokens, at),
         "at": at,
         "pmi": round(pmi, 3),
         "p": round(math.exp(text.token_logprobs[at]), 4),
         "expected": text.expected_texts[at],
-        "expected_word": expected_word,
+        "expected_word": expected_word(tokens, at, text.expected_texts[at], context),
         "p_expected": round(math.exp(text.expected_logprobs[at]), 4),
     }
 
 
-def weakest_token(text: Likelihood, base: Likelihood) -> dict | None:
+def weakest_token(text: Likelihood, base: Likelihood, context: str | None = None) -> dict | None:
     """The statement's token that the text made least likely against the judge's expectation without it (the
-    lowest pointwise mutual information), the whole word it is part of, and the token the judge expected most there
-    given the text: the words behind a likelihood verdict. None where the engine read no tokens (a scripted judge)."""
+    lowest pointwise mutual information), the whole word it is part of, and what the judge expected most there given
+    the text (the token, and the word of the context it begins: expected_word): the words behind a likelihood
+    verdict. None where the engine read no tokens (a scripted judge)."""
     if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
         return None
     pmis = [a - b for a, b in zip(text.token_logprobs, base.token_logprobs)]
@@ -228,11 +313,12 @@ def weakest_token(text: Likelihood, base: Likelihood) -> dict | None:
     punctuation = token.strip() and not any(ch.isalnum() for ch in token)
     return {
         "token": token,
-        "word": token.strip() if punctuation else word_around(text.token_texts, at, text.expected_texts[at])[0],
+        "word": token.strip() if punctuation else word_around(text.token_texts, at),
         "at": at,
         "pmi": round(pmis[at], 3),
         "p": round(math.exp(text.token_logprobs[at]), 4),
         "expected": text.expected_texts[at],
+        "expected_word": expected_word(text.token_texts, at, text.expected_texts[at], context),
         "p_expected": round(math.exp(text.expected_logprobs[at]), 4),
     }
 

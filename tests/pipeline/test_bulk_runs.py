@@ -107,7 +107,9 @@ def test_csv_without_the_needed_columns_is_one_line_before_anything_runs(tmp_pat
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 2
     assert result.output.strip() == (
-        f"Error: {src}:1: CSV header lacks column(s) source, summary; it has 'id,text' (split by commas: id, text)"
+        f"Error: {src}:1: CSV header lacks column(s) source, summary; it has 'id,text' (split by commas: id, text): "
+        "for source, name the one that holds it with --source-field (closest: --source-field text); for summary, "
+        "name the one that holds it with --summary-field"
     )
 
 

@@ -76,7 +76,10 @@ def test_fail_fast_stops_at_a_bad_row_with_one_line_naming_file_line_id_and_fiel
     src = write_jsonl(tmp_path / "in.jsonl", [ROWS[0], {"id": "b", "source": "text"}])
     result = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--fail-fast"])
     assert result.exit_code == 2
-    assert result.output.strip() == f'Error: {src}:2 (id "b"): field "summary" is missing'
+    assert result.output.strip() == (
+        f'Error: {src}:2 (id "b"): field "summary" is missing; this row has id, source: name the one that holds it '
+        "with --summary-field"
+    )
     assert not use_scripted.requests  # stopped before the judge was asked anything
 
 

@@ -142,7 +142,7 @@ def test_mastra_shape_names_every_field_as_mastra_does(tmp_path, use_scripted):
         "answered": False,
         "reason": "no date given",
     }
-    assert (tmp_path / "out.jsonl.rows.jsonl").exists()  # the resumable record beside it
+    assert not (tmp_path / "out.jsonl.rows.jsonl").exists()  # the working record is gone once the run is whole
     with pytest.raises(ValueError, match="two-axis"):
         to_mastra({"metric": "summary-score", "score": 1})
 

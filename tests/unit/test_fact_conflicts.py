@@ -7,6 +7,9 @@ from offline_sumscore.core.schemas import Likelihood
 from offline_sumscore.scorers.two_axis_stages import (
     CONFLICT_WEIGHT,
     VerdictStage,
+    expected_word,
+    fact_kind,
+    opens_like_the_text,
     swaps_a_fact,
     typed_conflict,
     word_around,
@@ -37,14 +40,14 @@ def test_a_changed_number_is_a_conflict_named_by_its_whole_word():
         ["Marta", ",", " ", "1", "7", ",", " won"],
         [0.9, 0.9, 0.9, 0.98, 0.9, 0.9, 0.8],
     )
-    c = typed_conflict(text, base)
+    c = typed_conflict(text, base, context="Marta, 17, won the national title on Sunday.")
     assert c["word"] == "27" and c["expected_word"] == "17" and c["pmi"] == round(-4.6 + 0.5, 3)
     assert c["p_expected"] == 0.98 and c["at"] == 3
     stage = VerdictStage("likelihood", "bare", False, 0, 2.0)
     from offline_sumscore.core.stages import StageResult
 
     replies = [StageResult(request=None, value=v, raw_output="") for v in (text, base)]
-    got = stage.read(replies, {}, "support.0")
+    got = stage.read(replies, {}, "support.0", "Marta, 17, won the national title on Sunday.")
     mean = text.mean_logprob - base.mean_logprob
     assert got["pmi"] == round(mean, 6) and mean >= 2.0  # the mean alone would pass it
     assert got["verdict"] is False and got["verdict_score"] == round(mean + CONFLICT_WEIGHT * c["pmi"], 6)
@@ -86,5 +89,54 @@ def test_a_contraction_the_tokenizer_cut_is_read_whole():
 
 
 def test_word_around_joins_the_pieces_of_a_word():
-    assert word_around([" in", " 20", "1", "4", "."], 2, "5") == ("2014", "2054")
-    assert word_around([" lost", " the"], 0, " won") == ("lost", "won")
+    assert word_around([" in", " 20", "1", "4", "."], 2) == "2014"
+    assert word_around([" lost", " the"], 0) == "lost"
+
+
+def test_the_expected_word_is_the_texts_word_never_the_judges_token_glued_to_the_summarys():
+    # "a 21 million dollar budget" against a text saying 12: at the '2' the judge expects '1', the first digit of
+    # "12". Glued to the rest of the summary's word that read "11", a number no text holds.
+    tokens = [" a", " ", "2", "1", " million", " dollar"]
+    text = "The council approved a 12 million dollar budget, and 1 more vote is due in 2026."
+    assert expected_word(tokens, 2, "1", text) == "12"  # "1" and "12" begin so; "12 million" fits the statement
+    assert expected_word(tokens, 2, "1", "No number here.") == "1…"  # no word of the text: the token, as a start
+    assert expected_word(tokens, 2, "1", None) == "1…"
+    # a word piece the judge copies: "Mart" + "in" where the summary has "Marta"; the text has "Martina"
+    assert expected_word([" Mart", "a", " won"], 1, "in", "Martina Ruiz won the title.") == "Martina"
+    assert expected_word([" two", " days"], 0, " six", "after six hours") == "six"  # a whole word is itself
+    assert expected_word([" evacuated", "."], 1, ",", "evacuated, and") == ","  # punctuation stands for itself
+    assert expected_word([" ", "1", ",", "2", "0", "0"], 4, "0", "1,200 patients") == "1,200"  # the summary's own
+    assert word_around([" ", "1", ",", "2", "0", "0", "-", "patient"], 3) == "1,200"  # a number's separators inside
+
+
+def test_no_conflict_where_the_judge_only_expects_the_texts_first_word():
+    # "In a 1,200-patient trial, ..." against "Pharmaceutical company Veloran said ...": at a statement's opening
+    # the judge begins to quote the text from its top ('Ph'), and "In" is a capital only because it opens a sentence.
+    source = "Pharmaceutical company Veloran said on Monday that its asthma medicine cut admissions by 31 percent."
+    tokens = ["In", " a", " trial", ",", " Veloran"]
+    text, base = profile(
+        tokens,
+        [-6.5, -1.0, -0.5, -0.3, -0.2],
+        [-2.0, -1.5, -4.0, -1.0, -9.0],
+        ["Ph", " a", " trial", ",", " Veloran"],
+        [0.83, 0.5, 0.5, 0.5, 0.9],
+    )
+    assert opens_like_the_text(tokens, 0, "Ph", source) and not opens_like_the_text(tokens, 4, " Ver", source)
+    assert typed_conflict(text, base, context=source) is None
+    assert typed_conflict(text, base)["word"] == "In"  # without the text's opening to compare, it counted
+    # the opening word still conflicts where the judge expects another word than the text's first
+    assert typed_conflict(text, base, context="Veloran, a pharmaceutical company, said ...")["word"] == "In"
+
+
+def test_numbers_written_in_words_are_numbers():
+    assert fact_kind(" six") == fact_kind("Two") == "number word" and fact_kind(" 6") == "number"
+    assert swaps_a_fact(" two", " six") and not swaps_a_fact(" two", " 2")
+    # "two days" where the text says "six hours": the text made "two" likelier than it is alone (PMI +1.2), as it
+    # does any number word; the conflict is read against the word the judge expected instead
+    tokens = [" after", " two", " days"]
+    text, base = profile(tokens, [-0.3, -5.1, -0.4], [-3.0, -6.3, -1.9], [" after", " six", " days"], [0.7, 0.74, 0.6])
+    c = typed_conflict(text, base, context="under control after six hours on Saturday")
+    assert c["word"] == "two" and c["expected_word"] == "six" and c["pmi"] == round(-5.1 - math.log(0.74), 3)
+    digits = [" after", " 2", " days"]  # digits keep the PMI rule: the text raised " 2", so no conflict
+    text, base = profile(digits, [-0.3, -5.1, -0.4], [-3.0, -6.3, -1.9], [" after", " 6", " days"], [0.7, 0.74, 0.6])
+    assert typed_conflict(text, base, context="after 6 hours") is None
