@@ -17,6 +17,7 @@ from offline_sumscore.scorers.base import ScorerBase
 
 EXIT_ROWS_FAILED = 1
 EXIT_NO_ROWS = 3
+EXIT_WRITE_FAILED = 4  # a file could not be written (no space, permission, I/O): every row already written is kept
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143  # 128 + the signal's number, as shells report them
 
 
@@ -52,6 +53,23 @@ class InputProblem(click.ClickException):
     """Bad usage or input: one line, exit code 2 (as click's own usage errors), apart from failed rows' 1."""
 
     exit_code = 2
+
+
+class WriteProblem(click.ClickException):
+    """A file the command writes could not be written: one line naming it and the cause, exit code 4."""
+
+    exit_code = EXIT_WRITE_FAILED
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """A page or a JSON file the command writes, whole or not at all; a failure is a WriteProblem, not a traceback."""
+    from offline_sumscore.core.durable import replace_text
+    from offline_sumscore.core.errors import WriteError
+
+    try:
+        replace_text(path, text)
+    except OSError as exc:
+        raise WriteProblem(str(WriteError(path, exc))) from None
 
 
 def default_of(cls, name: str) -> Any:

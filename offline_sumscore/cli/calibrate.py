@@ -7,8 +7,7 @@ import sys
 
 import click
 
-from offline_sumscore.cli.app import InputProblem, input_options, judge_options, main, output_option
-from offline_sumscore.core.durable import replace_text
+from offline_sumscore.cli.app import InputProblem, input_options, judge_options, main, output_option, write_text
 from offline_sumscore.core.errors import SumscoreError
 
 
@@ -80,7 +79,7 @@ def calibrate(
         f"{c.rows} rows ({c.consistent} consistent), judge {run.judge['name']}"
         + (f"; {run.failed} rows the judge could not score were left out" if run.failed else "")
     )
-    replace_text(output_path, json.dumps(run.to_dict(), indent=1) + "\n")
+    write_text(output_path, json.dumps(run.to_dict(), indent=1) + "\n")
     click.echo(f"score with: --likelihood-threshold {c.threshold:g}  (or --calibration {output_path})")
     if c.rows < 20:
         click.echo(

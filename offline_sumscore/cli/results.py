@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from offline_sumscore.cli.app import InputProblem, input_options, main, output_option
-from offline_sumscore.core.durable import replace_text
+from offline_sumscore.cli.app import InputProblem, input_options, main, output_option, write_text
 from offline_sumscore.core.errors import SumscoreError
 
 
@@ -26,7 +25,7 @@ def report(results, output_path, title, worst):
         page = render(rows, title=title or f"offline_sumscore: {Path(results).name}", worst=worst)
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
-    replace_text(output_path, page)
+    write_text(output_path, page)
     click.echo(f"{output_path}: {len(rows)} rows, {len(page) // 1024} KiB")
 
 
@@ -89,11 +88,11 @@ def compare(results, output_path, json_path, system_field, by, id_field, names, 
         raise InputProblem(str(exc)) from None
     click.echo(table(report))
     if json_path:
-        replace_text(json_path, to_json(report) + "\n")
+        write_text(json_path, to_json(report) + "\n")
         click.echo(f"{json_path}: the comparison as JSON")
     if output_path:
         page = render_comparison(
             report, {s.name: s.rows for s in systems}, title="offline_sumscore: " + " vs ".join(s.name for s in systems)
         )
-        replace_text(output_path, page)
+        write_text(output_path, page)
         click.echo(f"{output_path}: {len(page) // 1024} KiB")

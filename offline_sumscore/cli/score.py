@@ -13,6 +13,7 @@ from offline_sumscore.cli.app import (
     EXIT_NO_ROWS,
     EXIT_ROWS_FAILED,
     InputProblem,
+    WriteProblem,
     default_of,
     input_options,
     interruptible,
@@ -22,7 +23,7 @@ from offline_sumscore.cli.app import (
     scorer_options,
     typed_flag,
 )
-from offline_sumscore.core.errors import InputError, SumscoreError
+from offline_sumscore.core.errors import InputError, SumscoreError, WriteError
 from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT
 from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 
@@ -245,6 +246,8 @@ def score(input_path, output_path, metric, quiet, calibration, **opts):
             raise InputProblem(str(exc)) from None
         click.echo(f"warning: {exc}", err=True)
         sys.exit(EXIT_NO_ROWS)
+    except WriteError as exc:
+        raise WriteProblem(str(exc)) from None
     except SumscoreError as exc:  # a scorer names its parameter (batch_size); here the user typed a flag
         raise InputProblem(
             re.sub(r"^([a-z_]+) (?=must|should)", lambda m: f"{typed_flag(m.group(1))} ", str(exc))
@@ -314,7 +317,10 @@ CACHE_OPTIONS = ("cache_path", "no_cache")
 def _cache(cache_path, no_cache):
     from offline_sumscore.engine.stage_cache import StageCache, default_cache_path
 
-    return None if no_cache else StageCache(cache_path or default_cache_path())
+    def warn(message: str) -> None:
+        click.echo(f"warning: {message}", err=True)
+
+    return None if no_cache else StageCache(cache_path or default_cache_path(), warn=warn)
 
 
 def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, taken: dict, cache):

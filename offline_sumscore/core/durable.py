@@ -22,10 +22,14 @@ def replace_file(path: str | os.PathLike, write: Callable[[Path], None], *, suff
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + suffix)
-    write(tmp)
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed write (no space, say) leaves the old file and no half of a new one
+        raise
     _fsync_dir(path.parent)
 
 

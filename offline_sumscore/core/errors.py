@@ -87,3 +87,20 @@ def check_count(name: str, value: Any, most: int | None = None) -> int:
         bound = f"from 1 to {most}" if most is not None else ">= 1"
         raise UsageError(f"{name} must be an integer {bound}. Given: {value}")
     return value
+
+
+class WriteError(SumscoreError):
+    """A file the run writes (OUTPUT, a shard, a report, its record) could not be written: no space left, no
+    permission, an I/O error. Names the file and the cause; what was already written stays intact."""
+
+    def __init__(self, path: Any, exc: OSError, kept: str = ""):
+        import errno
+
+        self.path, self.errno = str(path), exc.errno
+        name = errno.errorcode.get(exc.errno or 0, "")
+        cause = f"{exc.strerror or exc}" + (f" ({name})" if name else "")
+        super().__init__(f"cannot write {self.path}: {cause}" + (f"; {kept}" if kept else ""))
+
+
+class RunLockedError(SumscoreError):
+    """Another run holds OUTPUT: two runs on one OUTPUT would score every row twice, or race on --resume."""

@@ -7,7 +7,8 @@ asks the same "questions" request, so the second summary is judged on the first 
 free). A re-run with the same judge recomputes nothing.
 
 Failed stages are never stored, so a re-run tries them again. Several processes may share one file: SQLite in WAL
-mode, a long busy timeout, and INSERT OR IGNORE (greedy decoding makes any two writers' values the same).
+mode, a long busy timeout, and INSERT OR IGNORE (greedy decoding makes any two writers' values the same). The cache
+only saves time, so nothing it meets ends a run (StageCache: a warning, and the run goes on without it).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,17 +39,83 @@ def default_cache_path() -> Path:
     return base / "offline_sumscore" / "stages.sqlite"
 
 
+class CacheWarning(UserWarning):
+    """The stage cache cannot be used as it is (full disk, corrupt file, no permission, locked): the run goes on."""
+
+
+# SQLite's words for a file that is not a database, or a damaged one: moved aside, a fresh cache made in its place
+CORRUPT = ("file is not a database", "malformed", "not a database")
+
+
 class StageCache:
-    def __init__(self, path: str | os.PathLike):
+    """The cache of stage outputs in one SQLite file. It only saves time, so it never ends a run: a file that cannot
+    be opened, read or written (full disk, corrupt, a folder the user cannot write, locked by another process past
+    the busy timeout) gives one warning naming the file and what to do, and the run goes on without it, or reading
+    it only where reading still works. A corrupt file is moved aside (never deleted) and a fresh one made."""
+
+    def __init__(self, path: str | os.PathLike, *, warn: Callable[[str], None] | None = None, timeout: float = 120):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.warn = warn or (lambda message: warnings.warn(message, CacheWarning, stacklevel=3))
+        self.readable = self.writable = False
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(str(self.path), timeout=120, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS stages (key TEXT PRIMARY KEY, stage TEXT NOT NULL, "
-            "judge TEXT NOT NULL, payload TEXT NOT NULL)"
+        self._db = None
+        self._warned: set[str] = set()
+        try:
+            self._db = self._open(timeout)
+        except (sqlite3.Error, OSError) as exc:
+            if not any(word in str(exc) for word in CORRUPT):
+                self._off("cannot be opened", exc)
+                return
+            aside = self._move_aside()
+            try:
+                self._db = self._open(timeout)
+            except (sqlite3.Error, OSError) as again:
+                self._off(f"was corrupt (moved aside to {aside}) and a new one cannot be made", again)
+                return
+            self._say(
+                "corrupt",
+                f"{self.path} was not a readable stage cache ({exc}): moved aside to {aside}, and a "
+                f"new one started; delete the old file once you no longer need it",
+            )
+        self.readable = self.writable = True
+
+    def _open(self, timeout: float):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(str(self.path), timeout=timeout, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS stages (key TEXT PRIMARY KEY, stage TEXT NOT NULL, "
+                "judge TEXT NOT NULL, payload TEXT NOT NULL)"
+            )
+            db.execute("SELECT COUNT(*) FROM stages LIMIT 1").fetchone()  # a damaged file fails here, not mid-run
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _move_aside(self) -> Path:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(self.path, aside)
+        for suffix in ("-wal", "-shm"):  # the damaged file's journal belongs to it, not to the new one
+            extra = Path(f"{self.path}{suffix}")
+            if extra.exists():
+                os.replace(extra, Path(f"{aside}{suffix}"))
+        return aside
+
+    def _say(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            self.warn(message)
+
+    def _off(self, what: str, exc: BaseException) -> None:
+        """No reading nor writing from here on: one warning, and the run goes on without the cache."""
+        self.readable = self.writable = False
+        self._say(
+            "off",
+            f"the stage cache {self.path} {what} ({exc}); the run goes on without it (every stage computed, none "
+            f"stored): free space or mend the file's folder, or pass --cache PATH elsewhere or --no-cache",
         )
 
     @staticmethod
@@ -60,38 +129,56 @@ class StageCache:
 
     def get(self, keys: Sequence[str]) -> dict[str, dict]:
         found: dict[str, dict] = {}
+        if not self.readable:
+            return found
         keys = list(dict.fromkeys(keys))
         with self._lock:
-            for at in range(0, len(keys), 500):  # SQLite caps the parameters of one statement
-                part = keys[at : at + 500]
-                rows = self._db.execute(
-                    f"SELECT key, payload FROM stages WHERE key IN ({','.join('?' * len(part))})", part
-                ).fetchall()
-                found.update((k, json.loads(p)) for k, p in rows)
+            try:
+                for at in range(0, len(keys), 500):  # SQLite caps the parameters of one statement
+                    part = keys[at : at + 500]
+                    rows = self._db.execute(
+                        f"SELECT key, payload FROM stages WHERE key IN ({','.join('?' * len(part))})", part
+                    ).fetchall()
+                    found.update((k, json.loads(p)) for k, p in rows)
+            except (sqlite3.Error, OSError, ValueError) as exc:
+                self._off("cannot be read", exc)
+                return {}
         return found
 
     def put(self, items: list[tuple[str, StageResult]], judge: dict) -> None:
-        if not items:
+        if not items or not self.writable:
             return
         rows = [
             (key, r.request.stage, str(judge.get("identity")), json.dumps(_payload(r), ensure_ascii=False))
             for key, r in items
         ]
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
             try:
-                self._db.executemany("INSERT OR IGNORE INTO stages VALUES (?, ?, ?, ?)", rows)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    self._db.executemany("INSERT OR IGNORE INTO stages VALUES (?, ?, ?, ?)", rows)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except (sqlite3.Error, OSError) as exc:
+                # Reading may still work (a full disk, a lock held past the timeout): keep reading, stop storing
+                self.writable = False
+                self._say(
+                    "read-only",
+                    f"the stage cache {self.path} cannot be written ({exc}); the run goes on reading it, storing no "
+                    f"new stages: free space, or pass --cache PATH elsewhere or --no-cache",
+                )
 
     def __len__(self) -> int:
+        if not self.readable:
+            return 0
         with self._lock:
             return self._db.execute("SELECT COUNT(*) FROM stages").fetchone()[0]
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
 
 def _payload(r: StageResult) -> dict:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from offline_sumscore.core.durable import replace_file
-from offline_sumscore.core.errors import Failure, InputError, UsageError, check_count
+from offline_sumscore.core.errors import Failure, InputError, UsageError, WriteError, check_count
 from offline_sumscore.core.results import FailedRow
 from offline_sumscore.core.samples import BadRow, Sample, checked_sample, source_hash
 from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE
@@ -224,7 +224,11 @@ def run_bulk(
     todo = [(k, chunk) for k, chunk in enumerate(chunks) if not all(item.key in done for item in chunk)]
     if progress:
         progress(sum(len(chunk) for chunk in chunks) - sum(len(chunk) for _, chunk in todo))
-    with open(path, "ab" if resume else "wb") as out:
+    try:
+        out = open(path, "ab" if resume else "wb", buffering=0)  # unbuffered: a failed write leaves nothing pending
+    except OSError as exc:
+        raise WriteError(path, exc) from None
+    with out:
 
         def write(k: int, rows: list[dict]) -> None:
             chunk = chunks[k]
@@ -232,9 +236,7 @@ def run_bulk(
             stamp = {"run_started": round(started, 3), "written": round(time.time(), 3)}
             for row in rows:
                 row["timing"] = stamp
-            out.write(b"".join(dumps(r) for r in rows))
-            out.flush()
-            os.fsync(out.fileno())
+            append_whole(out, b"".join(dumps(r) for r in rows), sum(item.key in done for item in items))
             done.update((item.key, row) for item, row in zip(chunk, rows))
             if progress:
                 progress(len(chunk))
@@ -256,6 +258,30 @@ def run_bulk(
         r["error"].get("cause", r["error"].get("stage", "?")) for r in report.rows if r.get("error")
     )
     return report
+
+
+def append_whole(out, data: bytes, rows_before: int) -> None:
+    """Append data to OUTPUT's record and make it durable, or, where that fails (no space, a file size limit, an I/O
+    error), cut the part that did reach the file, so that the record ends on its last whole row, and raise
+    WriteError, which says so and how to finish."""
+    before = out.tell()
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[out.write(view) :]
+        os.fsync(out.fileno())
+    except OSError as exc:
+        try:
+            os.ftruncate(out.fileno(), before)
+            out.seek(before)
+        except OSError:
+            pass  # a torn tail that could not be cut: --resume cuts it
+        raise WriteError(
+            out.name,
+            exc,
+            f"the {rows_before} rows written before it are intact; free space (or mend the cause) and rerun the same "
+            "command with --resume to finish",
+        ) from None
 
 
 def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[str, dict]:
@@ -317,4 +343,14 @@ def redo_on_resume(row: dict) -> bool:
 
 
 def _rewrite(path: Path, rows: list[dict]) -> None:
-    replace_file(path, lambda tmp: tmp.write_bytes(b"".join(dumps(r) for r in rows)), suffix=".rewrite")
+    """OUTPUT's record again, in input order, atomically: where that cannot be written, the record stays as it was,
+    every row in it, and the error says so."""
+    try:
+        replace_file(path, lambda tmp: tmp.write_bytes(b"".join(dumps(r) for r in rows)), suffix=".rewrite")
+    except OSError as exc:
+        raise WriteError(
+            path,
+            exc,
+            f"all {len(rows)} rows are in it, in the order they finished; rerun the same command with --resume once "
+            "the cause is gone, to put them in input order",
+        ) from None

@@ -18,7 +18,8 @@ from typing import Any
 
 from offline_sumscore.analysis.comparison import System, compare_systems, split_by_system, system_from_rows
 from offline_sumscore.core.durable import replace_bytes
-from offline_sumscore.core.errors import InputError, UsageError, check_count
+from offline_sumscore.core.errors import InputError, UsageError, WriteError, check_count
+from offline_sumscore.core.run_lock import run_lock
 from offline_sumscore.core.samples import BadRow
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.io.outputs import output_kind, read_results, write_rows
@@ -40,6 +41,11 @@ class Output:
     path: str
     sharded: bool  # OUTPUT is a folder (its name ends in /): shards part-00000.<format>, ...
     record: str
+
+    @property
+    def lock(self) -> str:
+        """The file whose lock says a run holds this OUTPUT (core.run_lock)."""
+        return str(Path(self.path) / "run.lock") if self.sharded else f"{self.path}.lock"
 
     @classmethod
     def at(cls, output_path: str | os.PathLike, output_format: str = "native") -> Output:
@@ -122,6 +128,35 @@ def score_file(
     items = _rows(input_path, source_field, summary_field, id_field, allow_long_summary)
     # OUTPUT's folder is made now, before the judge loads: a typo in a path costs no model load.
     (Path(output.path) if output.sharded else Path(output.path).parent).mkdir(parents=True, exist_ok=True)
+    bad = _bad_rows(items, scorer, fail_fast, notify, warn)
+    with run_lock(output.lock, output.path):  # one run per OUTPUT, refused before the judge loads
+        score_chunks = None
+        if ray is not None:
+            score_chunks = ray.chunk_scorer(metric, model, options, cache)
+        elif len(bad) < len(items):
+            scorer.load()  # now: a bad --model fails before OUTPUT is touched
+        _record_from_output(output, output_format, resume)
+        started = time.perf_counter()
+        with progress(len(items)) if progress else nullcontext() as bar:
+            report = run_bulk(
+                items,
+                scorer,
+                output.record,
+                resume=resume,
+                chunk_size=chunk_size,
+                in_flight=in_flight,
+                fail_fast=fail_fast,
+                progress=bar.update if bar is not None else None,
+                score_chunks=score_chunks,
+            )
+        _write_final(output, report, output_format, shard_rows, shard_format)
+    return FileRun(
+        report=report, scorer=scorer, output=output, bad_rows=len(bad), seconds=time.perf_counter() - started
+    )
+
+
+def _bad_rows(items: list, scorer, fail_fast: bool, notify, warn) -> list[BadRow]:
+    """The input rows that failed their checks: the first raised with fail_fast, else each one warned of."""
     bad = [item for item in items if isinstance(item, BadRow)]
     if fail_fast and bad:
         raise bad[0].error
@@ -129,29 +164,7 @@ def score_file(
         scorer.notify = notify
     for item in bad if warn else ():
         warn(f"skipping: {item.error}")
-    score_chunks = None
-    if ray is not None:
-        score_chunks = ray.chunk_scorer(metric, model, options, cache)
-    elif len(bad) < len(items):
-        scorer.load()  # now: a bad --model fails before OUTPUT is touched
-    _record_from_output(output, output_format, resume)
-    started = time.perf_counter()
-    with progress(len(items)) if progress else nullcontext() as bar:
-        report = run_bulk(
-            items,
-            scorer,
-            output.record,
-            resume=resume,
-            chunk_size=chunk_size,
-            in_flight=in_flight,
-            fail_fast=fail_fast,
-            progress=bar.update if bar is not None else None,
-            score_chunks=score_chunks,
-        )
-    _write_final(output, report, output_format, shard_rows, shard_format)
-    return FileRun(
-        report=report, scorer=scorer, output=output, bad_rows=len(bad), seconds=time.perf_counter() - started
-    )
+    return bad
 
 
 def _scorer(scorer, metric: str, model, options: dict, cache, engine, ray):
@@ -233,11 +246,20 @@ def _write_final(output: Output, report: BulkReport, output_format: str, shard_r
         return
     rows = report.rows
     final = [to_mastra(r) for r in rows] if output_format == "mastra" else rows
-    if output.sharded:
-        for n, start in enumerate(range(0, len(final), shard_rows)):
-            write_rows(final[start : start + shard_rows], Path(output.path) / f"part-{n:05d}.{shard_format}")
-    else:
-        write_rows(final, output.path)
+    target = Path(output.path)
+    try:
+        if output.sharded:
+            for n, start in enumerate(range(0, len(final), shard_rows)):
+                target = Path(output.path) / f"part-{n:05d}.{shard_format}"
+                write_rows(final[start : start + shard_rows], target)
+        else:
+            write_rows(final, output.path)
+    except OSError as exc:
+        raise WriteError(
+            target,
+            exc,
+            f"every row is kept in {output.record}; rerun the same command with --resume once the cause is gone",
+        ) from None
     if not report.stopped_early:
         Path(output.record).unlink(missing_ok=True)
 
