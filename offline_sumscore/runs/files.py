@@ -219,7 +219,10 @@ def _record_from_output(output: Output, output_format: str, resume: bool) -> Non
             f"drop --resume to score every row again"
         )
     rows = [_typed(row) if f.suffix == ".csv" else row for f in finals for row in read_results(f)]
-    replace_bytes(record, b"".join(dumps(r) for r in rows))
+    try:
+        replace_bytes(record, b"".join(dumps(r) for r in rows))
+    except OSError as exc:
+        raise WriteError(record, exc, f"{output.path} is as it was; free space and run again") from None
 
 
 def _typed(row: dict) -> dict:
