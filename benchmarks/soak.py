@@ -9,9 +9,10 @@ Every few seconds the process's resident memory (VmRSS) and the rows in OUTPUT a
 at each tenth of the run, its growth over the second half (a plateau: within noise), and seconds per row by
 quarter (they must not grow).
 
-The embedded design is then run again and killed once with SIGKILL at a random moment (seeded) between a fifth and
-four fifths of the first run's wall time, resumed with --resume, and compared with the first (uninterrupted) run:
-every row once, none lost, verdicts equal.
+The generating design (decoded verdicts: where a row's company in a batch could move a verdict) is then run again
+and killed once with SIGKILL at a random moment (seeded) between a fifth and four fifths of the first run's wall
+time, resumed with --resume, and compared with the first (uninterrupted) run: every row once, none lost, verdicts
+equal (`--kill embedded` kills the other design's run instead).
 Writes benchmarks/results/soak_cpu.{md,json,png}; runs go to results/runs/soak/ (git-ignored).
 """
 
@@ -36,9 +37,10 @@ TOWNS = "Lindford Ostby Harlow Brenmouth Calder Dunmore Eastfield Farrow Glenhol
 PROJECTS = ["library", "bridge", "school", "swimming pool", "bus station", "clinic", "sports hall", "park"]
 MONTHS = "January February March April May June July August September October November December".split()
 CURRENCY = ["pounds", "euros"]
-# The generating design: the judge writes its claims and questions and decodes Yes/No verdicts with reasons.
-GENERATING = ["--claims", "atomic", "--coverage", "questions", "--verdicts", "yes-no", "--max-questions", "3"]
-GENERATING += ["--max-claims", "6", "--max-reason-chars", "60"]
+# The generating design: the judge writes its coverage questions and decodes Yes/No verdicts with reasons (the
+# throughput ladder's design; the embedded judge cannot list atomic claims, which end at their bound).
+GENERATING = ["--claims", "sentences", "--coverage", "questions", "--verdicts", "yes-no", "--max-questions", "3"]
+GENERATING += ["--max-text-chars", "120", "--max-reason-chars", "60"]
 
 
 def make_rows(n: int) -> list[dict]:
@@ -195,6 +197,10 @@ def plot(results: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def _mib(value: float | None, sign: str = "") -> str:
+    return "-" if value is None else f"{value:{sign}.0f}"
+
+
 def table(results: list[dict], killed: dict | None) -> str:
     lines = ["# Soak: thousands of rows through `sumscore score` (embedded judge, CPU)", ""]
     lines += [
@@ -207,13 +213,14 @@ def table(results: list[dict], killed: dict | None) -> str:
         pace = " / ".join(f"{q:.3f}" if q else "-" for q in r["seconds_per_row_by_quarter"])
         lines.append(
             f"| {r['design']} | {r['rows_written']} of {r['rows']} | {r['seconds']:.0f} | {r['failed']} | "
-            f"{r['rss_mib_peak']:.0f} | {tenths} | {r['second_half_growth_mib']:+.0f} / "
-            f"{r['second_half_spread_mib']:.0f} | {pace} |"
+            f"{r['rss_mib_peak']:.0f} | {tenths} | {_mib(r['second_half_growth_mib'], '+')} / "
+            f"{_mib(r['second_half_spread_mib'])} | {pace} |"
         )
     if killed:
         lines += [
             "",
-            f"Killed once (SIGKILL) after {killed['killed_after_seconds']:.0f} s with "
+            f"The {killed['design']} run again, killed once (SIGKILL) after "
+            f"{killed['killed_after_seconds']:.0f} s with "
             f"{killed['rows_in_output_at_kill']} rows in OUTPUT, then resumed: {killed['rows']} rows, "
             f"{killed['duplicated']} duplicated, {killed['lost']} lost, {killed['verdict_flips']} of "
             f"{killed['verdicts']} verdicts moved against the uninterrupted run, "
@@ -229,7 +236,9 @@ def main() -> None:
     ap.add_argument("--generating", type=int, default=1000, help="rows on the generating design")
     ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-kill", action="store_true", help="skip the kill and resume")
+    ap.add_argument(
+        "--kill", choices=["generating", "embedded", "none"], default="generating", help="whose run to kill"
+    )
     args = ap.parse_args()
     work = RESULTS / "runs" / "soak"
     work.mkdir(parents=True, exist_ok=True)
@@ -239,8 +248,11 @@ def main() -> None:
     if args.generating:
         results.append(soak("generating", make_rows(args.generating), GENERATING, work, args.every))
     killed = None
-    if args.embedded and not args.no_kill:
-        killed = kill_and_resume("embedded", [], work, results[0], args.every, args.seed)
+    reference = next((r for r in results if r["design"] == args.kill), None)
+    if reference is not None:
+        flags = GENERATING if args.kill == "generating" else []
+        killed = kill_and_resume(args.kill, flags, work, reference, args.every, args.seed)
+        killed["design"] = args.kill
     (RESULTS / "soak_cpu.json").write_text(json.dumps({"results": results, "kill_resume": killed}, indent=1) + "\n")
     plot(results, RESULTS / "soak_cpu.png")
     (RESULTS / "soak_cpu.md").write_text(table(results, killed))

@@ -10,7 +10,7 @@ was set on FRANK's news sentences; a faithful paraphrase of a conversation sits 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -90,11 +90,17 @@ def one_sided(verdicts: Sequence[bool]) -> str | None:
     )
 
 
-def likelihood_rows(rows: Sequence[dict]) -> list[dict]:
-    """The scored OUTPUT rows whose verdicts were read by likelihood (the design the threshold belongs to)."""
-    return [r for r in rows if not r.get("error") and (r.get("settings") or {}).get("design.verdicts") == "likelihood"]
+def is_likelihood_row(row: dict) -> bool:
+    """A scored OUTPUT row whose verdicts were read by likelihood (the design the threshold belongs to)."""
+    return not row.get("error") and (row.get("settings") or {}).get("design.verdicts") == "likelihood"
 
 
-def one_sided_run(rows: Sequence[dict]) -> str | None:
-    """one_sided over the claims of a run's likelihood rows."""
-    return one_sided([c.get("supported") for r in likelihood_rows(rows) for c in r.get("claims") or []])
+def likelihood_rows(rows: Iterable[dict]) -> list[dict]:
+    """The scored OUTPUT rows whose verdicts were read by likelihood."""
+    return [r for r in rows if is_likelihood_row(r)]
+
+
+def one_sided_run(rows: Iterable[dict]) -> str | None:
+    """one_sided over the claims of a run's likelihood rows (read once, one row at a time: a run's rows may be read
+    from its file)."""
+    return one_sided([c.get("supported") for r in rows if is_likelihood_row(r) for c in r.get("claims") or []])

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import heapq
 import inspect
 import signal
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from offline_sumscore.core.results import embedded_judge_note, first_clause, row_label
+from offline_sumscore.core.results import EMBEDDED_JUDGE_NOTE, first_clause, row_label
 from offline_sumscore.scorers import METRICS
 from offline_sumscore.scorers.base import ScorerBase
 
@@ -37,9 +39,9 @@ def interruptible(record: str):
     try:
         yield
     except (KeyboardInterrupt, Terminated) as exc:
-        from offline_sumscore.runs.bulk import read_finished
+        from offline_sumscore.runs.record import finished_count
 
-        kept = len(read_finished(Path(record))[0]) if Path(record).exists() else 0
+        kept = finished_count(Path(record)) if Path(record).exists() else 0
         what, code = (
             ("interrupted", EXIT_INTERRUPTED) if isinstance(exc, KeyboardInterrupt) else ("terminated", EXIT_TERMINATED)
         )
@@ -102,35 +104,45 @@ def typed_flag(parameter: str) -> str:
 WORST_SHOWN = 5  # rows named under the means: enough to start reading, few enough to stay on a screen
 
 
-def run_table(metric: str, rows: list[dict], seconds: float, *, details: bool = True) -> str:
+def run_table(metric: str, rows: Iterable[dict], seconds: float, *, details: bool = True) -> str:
     """The run's means; with details, its lowest rows (score, the row, the reason's first clause) and, where the
-    embedded judge scored, what that judge is good for (the demo, which shows every row, says that once itself)."""
-    ok = [r for r in rows if r.get("error") is None]
+    embedded judge scored, what that judge is good for (the demo, which shows every row, says that once itself).
+    One pass over the rows, keeping only sums and the lowest few: a long run's rows are read from its file."""
     cols = ["score", "alignment", "coverage"] if metric == "two-axis" else ["score", "qa", "conciseness"]
-
-    def mean(key):
-        vals = [r[key] for r in ok if r.get(key) is not None]
-        return f"{sum(vals) / len(vals):.3f}" if vals else "-"
-
-    tokens_in = sum(
-        s["tokens_in"] for r in rows for s in r.get("stages", {}).values()
-    )  # shared prefixes counted per row
-    tokens_out = sum(s["tokens_out"] for r in rows for s in r.get("stages", {}).values())
+    sums, counts = dict.fromkeys(cols, 0.0), dict.fromkeys(cols, 0)
+    total = ok = tokens_in = tokens_out = 0
+    lowest: list[tuple[float, int, dict]] = []  # a max-heap of the WORST_SHOWN lowest scores, by their negation
+    embedded = False
+    for n, r in enumerate(rows):
+        total += 1
+        stages = (r.get("stages") or {}).values()
+        tokens_in += sum(s["tokens_in"] for s in stages)  # shared prefixes counted per row
+        tokens_out += sum(s["tokens_out"] for s in stages)
+        embedded = embedded or bool((r.get("judge") or {}).get("embedded"))
+        if r.get("error") is not None:
+            continue
+        ok += 1
+        for c in cols:
+            if r.get(c) is not None:
+                sums[c], counts[c] = sums[c] + r[c], counts[c] + 1
+        if details and r.get("score") is not None:
+            heapq.heappush(lowest, (-r["score"], -n, r))
+            if len(lowest) > WORST_SHOWN:
+                heapq.heappop(lowest)
     lines = [
-        f"metric {metric}: {len(rows)} rows, {len(rows) - len(ok)} failed, {seconds:.1f} s, "
+        f"metric {metric}: {total} rows, {total - ok} failed, {seconds:.1f} s, "
         f"{tokens_in} tokens in, {tokens_out} tokens out",
         " | ".join(f"mean {c}" for c in cols),
-        " | ".join(mean(c) for c in cols),
+        " | ".join(f"{sums[c] / counts[c]:.3f}" if counts[c] else "-" for c in cols),
     ]
     if not details:
         return "\n".join(lines)
-    lowest = sorted((r for r in ok if r.get("score") is not None), key=lambda r: r["score"])[:WORST_SHOWN]
-    if len(ok) > 1 and lowest:
-        lines.append(f"lowest {len(lowest)} of {len(ok)}:")
-        lines += [f"  {r['score']:.3f}  {row_label(r)}: {_why(r, cols)}" for r in lowest]
-    note = embedded_judge_note(rows)
-    if note:
-        lines.append(f"note: {note}")
+    shown = [r for _, _, r in sorted(lowest, key=lambda entry: (-entry[0], -entry[1]))]
+    if ok > 1 and shown:
+        lines.append(f"lowest {len(shown)} of {ok}:")
+        lines += [f"  {r['score']:.3f}  {row_label(r)}: {_why(r, cols)}" for r in shown]
+    if embedded:
+        lines.append(f"note: {EMBEDDED_JUDGE_NOTE}")
     return "\n".join(lines)
 
 

@@ -28,11 +28,12 @@ from offline_sumscore.scorers import METRICS
 
 def evidence_text(e: dict) -> str:
     """A likelihood verdict's weakest token, as a person reads it: the word it is part of, and the token itself
-    where that is less than the word (a bare ' ' before "4" says little alone)."""
+    where it is a visible piece of that word (a bare ' ' before "4" is never shown)."""
     shown = e.get("expected_word") or e["expected"].strip()
     expected = f"; given the source the judge expected {shown!r} (p {e['p_expected']:.2f})"
-    word = e.get("word", e["token"].strip())
-    token = f"token {e['token']!r}, " if word != e["token"].strip() else ""
+    word, piece = e.get("word", e["token"].strip()), e["token"].strip()
+    # The token beside its word only where it is a visible piece of it ('20' of "2014"); a bare ' ' says nothing.
+    token = f"token {piece!r}, " if piece and word != piece else ""
     return (
         f"{word!r} ({token}PMI {e['pmi']:+.1f} nats, p {e['p']:.2f}{expected if e['expected'] != e['token'] else ''})"
     )

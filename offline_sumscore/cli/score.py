@@ -191,6 +191,13 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
     "http://127.0.0.1:8000/v1 (vLLM, llama.cpp server, Ollama, transformers serve).",
 )
 @click.option("--judge-model", default=None, help="With --judge-url: the model name the server knows.")
+@click.option(
+    "--judge-api-key",
+    envvar="OFFLINE_SUMSCORE_JUDGE_API_KEY",
+    default=None,
+    help="With --judge-url: the server's API key, sent as a bearer token (or $OFFLINE_SUMSCORE_JUDGE_API_KEY, which "
+    "keeps it out of the shell's history); never written to OUTPUT or a report.",
+)
 @click.option("--judge-concurrency", type=int, default=4, show_default=True, help="With --judge-url: requests at once.")
 @click.option(
     "--judge-timeout", type=float, default=120, show_default=True, help="With --judge-url: seconds a request."
@@ -270,16 +277,21 @@ def _calibration(path: str | None, opts: dict) -> dict | None:
     return found
 
 
-def _warn_about_verdicts(rows: list[dict], calibrated: dict | None) -> None:
+def _warn_about_verdicts(rows, calibrated: dict | None) -> None:
     """Once per run: verdicts all on one side (the threshold does not fit the text), or a calibration made on
-    another judge, or under another likelihood rule (an older version's), than the rows were scored with."""
-    from offline_sumscore.analysis.calibration import likelihood_rows, one_sided_run
+    another judge, or under another likelihood rule (an older version's), than the rows were scored with. The rows
+    are read twice, one at a time: a long run's rows come from its file, never all at once."""
+    from offline_sumscore.analysis.calibration import is_likelihood_row, one_sided_run
 
-    likelihood = likelihood_rows(rows)
     said = one_sided_run(rows)
     if said:
         click.echo(f"warning: {said}", err=True)
-    identities = {(r.get("judge") or {}).get("identity") for r in likelihood}
+    identities, rules = set(), set()
+    for r in rows:
+        if is_likelihood_row(r):
+            identities.add((r.get("judge") or {}).get("identity"))
+            rules.add((r.get("settings") or {}).get("design.likelihood_rule"))
+    rules -= {None}
     wanted = ((calibrated or {}).get("judge") or {}).get("identity")
     if calibrated and wanted not in identities and identities:
         click.echo(
@@ -287,7 +299,6 @@ def _warn_about_verdicts(rows: list[dict], calibrated: dict | None) -> None:
             "judge that scored these rows: its threshold is that judge's; calibrate again on this one",
             err=True,
         )
-    rules = {(r.get("settings") or {}).get("design.likelihood_rule") for r in likelihood} - {None}
     if calibrated and rules and calibrated.get("likelihood_rule") not in rules:
         click.echo(
             f"warning: the calibration was made under another likelihood rule ({calibrated.get('likelihood_rule')!r}; "
@@ -309,7 +320,7 @@ FILE_OPTIONS = (
     "summary_field",
     "id_field",
 )
-JUDGE_OPTIONS = ("judge_url", "judge_model", "judge_concurrency", "judge_timeout")
+JUDGE_OPTIONS = ("judge_url", "judge_model", "judge_api_key", "judge_concurrency", "judge_timeout")
 RAY_OPTIONS = ("engine_kind", "ray_address", "num_judges", "gpus_per_judge", "cpus_per_judge")
 CACHE_OPTIONS = ("cache_path", "no_cache")
 
@@ -337,6 +348,7 @@ def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, t
             taken["judge_model"],
             concurrency=taken["judge_concurrency"],
             timeout=taken["judge_timeout"],
+            api_key=taken["judge_api_key"],
         )
     if taken["engine_kind"] == "vllm":
         if engine is not None:

@@ -27,13 +27,16 @@ def local_engine(
     return TransformersEngine(judge, batch_size=batch_size, token_budget=token_budget, device_share=device_share)
 
 
-def served_engine(url: str, model: str | None, *, concurrency: int = 4, timeout: float = 120.0) -> Engine:
-    """A judge served elsewhere on this machine (vLLM, llama.cpp server, Ollama, transformers serve)."""
+def served_engine(
+    url: str, model: str | None, *, concurrency: int = 4, timeout: float = 120.0, api_key: str | None = None
+) -> Engine:
+    """A judge served elsewhere on this machine (vLLM, llama.cpp server, Ollama, transformers serve). api_key goes
+    to the server as a bearer token and nowhere else (no row, report or log holds it)."""
     from offline_sumscore.engine.openai_compatible import ServedEngine
 
     if not model:
         raise UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
-    return ServedEngine(url, model, concurrency=concurrency, timeout=timeout)
+    return ServedEngine(url, model, concurrency=concurrency, timeout=timeout, api_key=api_key)
 
 
 def vllm_engine(model: Any = None, *, dtype: str = "auto", enforce_eager: bool | None = None) -> Engine:

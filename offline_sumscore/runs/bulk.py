@@ -20,7 +20,6 @@ run scores it again. Other failures (an output that does not validate, bad input
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
@@ -28,10 +27,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from offline_sumscore.core.durable import replace_file
+from offline_sumscore.analysis.calibration import is_likelihood_row, one_sided_run
 from offline_sumscore.core.errors import Failure, InputError, UsageError, WriteError, check_count
 from offline_sumscore.core.results import FailedRow
 from offline_sumscore.core.samples import BadRow, Sample, checked_sample, source_hash
+from offline_sumscore.runs.record import RecordRows, Span, append_whole, dumps, finished_rows, rewrite
 from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE
 
 DEFAULT_CHUNK_SIZE = 32
@@ -47,43 +47,9 @@ def bad_row(item: BadRow, metric: str = "") -> dict:
     return row
 
 
-def dumps(row: dict) -> bytes:
-    # default=str: a Parquet input's dates and decimals, kept among the row's input fields, are written as text
-    line = json.dumps(row, ensure_ascii=False, default=str) + "\n"
-    try:
-        return line.encode("utf-8")
-    except UnicodeEncodeError:  # undecodable input bytes (kept as lone surrogates) in an id: write them escaped
-        return (json.dumps(row, default=str) + "\n").encode("ascii")
-
-
-def read_finished(path: Path) -> tuple[list[dict], int, bool]:
-    """The rows already in OUTPUT, the byte length of its sound part, and whether a torn last line was found
-    (a write cut off by a kill: no newline, or not valid JSON). Anything wrong before the last line is an error:
-    that file was not written by this tool."""
-    data = path.read_bytes()
-    rows, sound = [], 0
-    lines = data.splitlines(keepends=True)
-    for number, line in enumerate(lines, 1):
-        last = number == len(lines)
-        try:
-            row = json.loads(line) if line.endswith(b"\n") else None
-        except ValueError:
-            row = None
-        if row is None or not isinstance(row, dict) or "row_key" not in row:
-            if last and (row is None):
-                return rows, sound, True
-            raise UsageError(
-                f"{path}:{number} is not a row written by `sumscore score` (no row_key); to resume, "
-                f"point -o at that run's OUTPUT, or drop --resume to start afresh"
-            )
-        rows.append(row)
-        sound += len(line)
-    return rows, sound, False
-
-
 @dataclass
 class BulkReport:
-    rows: list[dict]  # the final OUTPUT, in input order
+    rows: Sequence[dict]  # the final OUTPUT, in input order: read from the file as they are asked for (RecordRows)
     resumed: int = 0  # rows taken from OUTPUT as they were
     torn_tail: bool = False  # a torn last line was found in OUTPUT and cut off
     stopped_early: bool = False  # fail_fast stopped the run at a failed row
@@ -210,11 +176,11 @@ def run_bulk(
     check_count("chunk_size", chunk_size)
     started = time.time()
     path = Path(output)
-    done: dict[str, dict] = {}
+    done: dict[str, Span] = {}  # each finished row's place in the record: a long run holds no rows
     report = BulkReport(rows=[])
     if resume and path.exists():
-        finished, sound, report.torn_tail = read_finished(path)
-        done = _check_resumable(finished, items, scorer, path)
+        check = _resumable(items, scorer, path)
+        sound, report.torn_tail = finished_rows(path, lambda row, span: check(row, span, done))
         with open(path, "r+b") as fh:  # cut a torn tail, so the next append starts on a fresh line
             fh.truncate(sound)
             fh.flush()
@@ -236,8 +202,11 @@ def run_bulk(
             stamp = {"run_started": round(started, 3), "written": round(time.time(), 3)}
             for row in rows:
                 row["timing"] = stamp
-            append_whole(out, b"".join(dumps(r) for r in rows), sum(item.key in done for item in items))
-            done.update((item.key, row) for item, row in zip(chunk, rows))
+            lines = [dumps(r) for r in rows]
+            offset = append_whole(out, b"".join(lines), len(done))
+            for item, line in zip(chunk, lines):
+                done[item.key] = (offset, len(line))  # a chunk redone after a torn write: the later copy wins
+                offset += len(line)
             if progress:
                 progress(len(chunk))
             if fail_fast and any(r.get("error") for r in rows):
@@ -251,43 +220,18 @@ def run_bulk(
                     write(k, rows)
         except _StopRun:
             report.stopped_early = True
-    report.rows = [done[item.key] for item in items if item.key in done]
-    mark_one_sided(report.rows)
-    _rewrite(path, report.rows)
-    report.failed_by_cause = Counter(
-        r["error"].get("cause", r["error"].get("stage", "?")) for r in report.rows if r.get("error")
-    )
+    finished = RecordRows(path, [done[item.key] for item in items if item.key in done])
+    said = one_sided_run(finished)  # written into the rows' settings as OUTPUT is rewritten (mark_one_sided)
+    report.rows, report.failed_by_cause = rewrite(path, finished, lambda row: mark_one_sided(row, said))
     return report
 
 
-def append_whole(out, data: bytes, rows_before: int) -> None:
-    """Append data to OUTPUT's record and make it durable, or, where that fails (no space, a file size limit, an I/O
-    error), cut the part that did reach the file, so that the record ends on its last whole row, and raise
-    WriteError, which says so and how to finish."""
-    before = out.tell()
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[out.write(view) :]
-        os.fsync(out.fileno())
-    except OSError as exc:
-        try:
-            os.ftruncate(out.fileno(), before)
-            out.seek(before)
-        except OSError:
-            pass  # a torn tail that could not be cut: --resume cuts it
-        raise WriteError(
-            out.name,
-            exc,
-            f"the {rows_before} rows written before it are intact; free space (or mend the cause) and rerun the same "
-            "command with --resume to finish",
-        ) from None
-
-
-def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[str, dict]:
+def _resumable(items, scorer, path: Path) -> Callable[[dict, Span, dict], None]:
+    """check(row, span, done): a row of OUTPUT that --resume keeps goes into done (its key -> its place); a row from
+    another INPUT, other content, other options or another version's likelihood rule is an error."""
     wanted = {item.key: item for item in items}
-    done: dict[str, dict] = {}
-    for row in finished:
+
+    def check(row: dict, span: Span, done: dict[str, Span]) -> None:
         item = wanted.get(row["row_key"])
         if item is None:
             raise UsageError(
@@ -320,37 +264,20 @@ def _check_resumable(finished: list[dict], items, scorer, path: Path) -> dict[st
                 f"({rule!r}; this version's is {LIKELIHOOD_RULE!r}); use a new -o, or drop --resume to rescore "
                 f"everything"
             )
-        if redo_on_resume(row):
-            continue
-        done[row["row_key"]] = row  # a chunk redone after a torn write: the later copy wins
-    return done
+        if not redo_on_resume(row):
+            done[row["row_key"]] = span  # a chunk redone after a torn write: the later copy wins
+
+    return check
 
 
-def mark_one_sided(rows: list[dict]) -> None:
+def mark_one_sided(row: dict, said: str | None) -> None:
     """A run whose likelihood verdicts fall 95% or more on one side says so in each such row's settings
     ("run.one_sided"), beside the CLI's and the report's word for it: OUTPUT is rewritten once the run knows its
     share (rows are written chunk by chunk before it does). "run." keys are not options: resume ignores them."""
-    from offline_sumscore.analysis.calibration import likelihood_rows, one_sided_run
-
-    said = one_sided_run(rows)
-    for row in likelihood_rows(rows) if said else []:
+    if said and is_likelihood_row(row):
         row["settings"] = dict(row.get("settings") or {}, **{"run.one_sided": said})
 
 
 def redo_on_resume(row: dict) -> bool:
     """A row the judge's engine or server failed (not the row itself): --resume scores it again."""
     return str((row.get("error") or {}).get("cause", "")).endswith(":" + Failure.MODEL)
-
-
-def _rewrite(path: Path, rows: list[dict]) -> None:
-    """OUTPUT's record again, in input order, atomically: where that cannot be written, the record stays as it was,
-    every row in it, and the error says so."""
-    try:
-        replace_file(path, lambda tmp: tmp.write_bytes(b"".join(dumps(r) for r in rows)), suffix=".rewrite")
-    except OSError as exc:
-        raise WriteError(
-            path,
-            exc,
-            f"all {len(rows)} rows are in it, in the order they finished; rerun the same command with --resume once "
-            "the cause is gone, to put them in input order",
-        ) from None

@@ -24,8 +24,9 @@ from offline_sumscore.core.samples import BadRow
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.io.outputs import output_kind, read_results, write_rows
 from offline_sumscore.peers.mastra import to_mastra
-from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, BulkReport, dumps, run_bulk
+from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, BulkReport, run_bulk
 from offline_sumscore.runs.ray_pool import RayPool
+from offline_sumscore.runs.record import dumps
 from offline_sumscore.scorers import METRICS
 
 DEFAULT_SHARD_ROWS = 100_000
@@ -244,19 +245,24 @@ def _typed(row: dict) -> dict:
 
 def _write_final(output: Output, report: BulkReport, output_format: str, shard_rows: int, shard_format: str) -> None:
     """OUTPUT in its final form, where that is not the run's own record (another format, a folder of shards); then
-    the record, a working file, is removed, unless the run stopped short (--fail-fast), which --resume finishes."""
+    the record, a working file, is removed, unless the run stopped short (--fail-fast), which --resume finishes.
+    Shards are written one at a time, and report.rows reads them back one at a time after; a single CSV or Parquet
+    file is written as one table, so its rows are held together at the end (the run's own JSONL never is)."""
     if output.record == output.path:
         return
-    rows = report.rows
-    final = [to_mastra(r) for r in rows] if output_format == "mastra" else rows
+    shape = to_mastra if output_format == "mastra" else (lambda row: row)
     target = Path(output.path)
     try:
         if output.sharded:
-            for n, start in enumerate(range(0, len(final), shard_rows)):
+            shards = []
+            for n, start in enumerate(range(0, len(report.rows), shard_rows)):
                 target = Path(output.path) / f"part-{n:05d}.{shard_format}"
-                write_rows(final[start : start + shard_rows], target)
+                write_rows([shape(r) for r in report.rows[start : start + shard_rows]], target)
+                shards.append(target)
+            kept = ShardRows(shards, len(report.rows)) if output_format == "native" else list(report.rows)
         else:
-            write_rows(final, output.path)
+            kept = list(report.rows)
+            write_rows([shape(r) for r in kept], output.path)
     except OSError as exc:
         raise WriteError(
             target,
@@ -264,7 +270,25 @@ def _write_final(output: Output, report: BulkReport, output_format: str, shard_r
             f"every row is kept in {output.record}; rerun the same command with --resume once the cause is gone",
         ) from None
     if not report.stopped_early:
+        report.rows = kept  # no longer read from the record, which goes
         Path(output.record).unlink(missing_ok=True)
+
+
+class ShardRows(Sequence):
+    """A sharded OUTPUT's rows, read back a shard at a time as they are iterated."""
+
+    def __init__(self, shards: list[Path], count: int):
+        self.shards, self.count = shards, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self):
+        for shard in self.shards:
+            yield from read_results(shard)
+
+    def __getitem__(self, at):
+        return list(self)[at]  # whole shards are read: iterate where you can
 
 
 def compare_files(

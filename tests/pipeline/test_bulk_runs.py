@@ -18,7 +18,8 @@ from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine.scripted import Raises, ScriptedEngine, Truncated
 from offline_sumscore.engine.stage_cache import StageCache
 from offline_sumscore.io.inputs import read_rows
-from offline_sumscore.runs.bulk import read_finished, run_bulk
+from offline_sumscore.runs.bulk import run_bulk
+from offline_sumscore.runs.record import read_finished
 from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SUPPORT, enqueue_two_axis, write_jsonl
 
 GOOD = {"id": "ok", "source": "A source that is long enough to hold its summary.", "summary": "A summary."}

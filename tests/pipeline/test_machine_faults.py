@@ -219,3 +219,21 @@ def test_a_lock_left_by_a_run_killed_with_sigkill_does_not_block_the_next(tmp_pa
     result = score(src, out, "--no-cache")
     assert result.exit_code == 0, result.output
     assert len(lines(out)) == 2 and not Path(f"{out}.lock").exists()
+
+
+def test_a_bulk_run_holds_where_its_rows_lie_not_the_rows(tmp_path, use_scripted):
+    # Memory that grows with every row written ends a run of tens of thousands: the run keeps each row's place in
+    # its record and reads rows back only when asked (the soak benchmark measures the plateau this gives).
+    from offline_sumscore.cli.app import run_table
+    from offline_sumscore.runs.files import score_file
+    from offline_sumscore.runs.record import RecordRows
+
+    src, out = write_jsonl(tmp_path / "in.jsonl", rows(10)), tmp_path / "out.jsonl"
+    enqueue(use_scripted, 10)
+    design = dict(claims="sentences", coverage="key_sentences", key_sentences=1, verdicts="likelihood")
+    run = score_file(src, out, options=design, chunk_size=3)
+    assert isinstance(run.report.rows, RecordRows) and len(run.report.rows.spans) == 10
+    assert [r["id"] for r in run.report.rows] == [f"r{k}" for k in range(10)] == [r["id"] for r in lines(out)]
+    assert run.report.rows[3] == lines(out)[3]
+    table = run_table("two-axis", run.report.rows, 1.0)
+    assert "metric two-axis: 10 rows, 0 failed" in table and "lowest 5 of 10:\n  1.000  r0: The score is 1" in table

@@ -14,13 +14,14 @@ from offline_sumscore.engine.openai_compatible import PROMPT_MODE, SCHEMA_MODE, 
 
 class Server:
     def __init__(self, script):
-        self.script, self.bodies = list(script), []
+        self.script, self.bodies, self.auth = list(script), [], []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.bodies.append(body)
+                outer.auth.append(self.headers.get("Authorization"))
                 status, content = outer.script.pop(0) if outer.script else (200, "Yes")
                 payload = (
                     json.dumps(
@@ -179,3 +180,26 @@ def test_a_server_that_refuses_the_grammar_field_is_asked_without_it_once_and_lo
     assert "structured_outputs" in r.judge["engine"]["refused_fields"]
     assert r.judge["engine"]["yes_no_grammar"] == "plain text, parsed here"
     assert capsys.readouterr().err.count("refused structured_outputs") == 1
+
+
+def test_the_clis_api_key_reaches_the_server_as_a_bearer_token_and_no_file(tmp_path, server, monkeypatch):
+    from click.testing import CliRunner
+
+    from offline_sumscore.cli import main
+    from tests.conftest import SOURCE, write_jsonl
+
+    s = server([(200, "Yes")] * 40)
+    src = write_jsonl(tmp_path / "in.jsonl", [{"id": "a", "source": SOURCE, "summary": "Lindford builds a library."}])
+    out, page = tmp_path / "out.jsonl", tmp_path / "r.html"
+    design = ["--claims", "sentences", "--coverage", "key_sentences", "--key-sentences", "1", "--no-reason"]
+    args = ["score", str(src), "-o", str(out), "--judge-url", s.url, "--judge-model", "m", "--no-cache", "--quiet"]
+    monkeypatch.setenv("OFFLINE_SUMSCORE_JUDGE_API_KEY", "sk-from-the-environment")
+    result = CliRunner().invoke(main, [*args, *design], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert s.auth and set(s.auth) == {"Bearer sk-from-the-environment"}
+    s.auth.clear()
+    result = CliRunner().invoke(main, [*args, *design, "--judge-api-key", "sk-typed"], catch_exceptions=False)
+    assert result.exit_code == 0 and set(s.auth) == {"Bearer sk-typed"}  # the flag wins over the environment
+    CliRunner().invoke(main, ["report", str(out), "-o", str(page)], catch_exceptions=False)
+    for written in (out, page):
+        assert "sk-typed" not in written.read_text() and "sk-from-the" not in written.read_text()

@@ -91,3 +91,24 @@ def test_a_judges_identity_is_its_weights_and_config_not_where_they_lie(tmp_path
     assert same_here != _identity(here, dict(config, hidden_size=16, _name_or_path=str(here)))
     other = model_dir("other", {"w": {"dtype": "F16", "shape": [4], "data_offsets": [0, 8]}})
     assert same_here != _identity(other, dict(config, _name_or_path=str(other)))
+
+
+def test_a_judges_repr_names_it_without_printing_its_model():
+    from offline_sumscore.engine.judge import Judge
+
+    class Huge:
+        def __repr__(self):
+            return "LlamaForCausalLM(" + "layer, " * 10_000 + ")"
+
+    judge = Judge(
+        model=Huge(),
+        tokenizer=Huge(),
+        name="n",
+        path="p",
+        device="cpu",
+        dtype="float32",
+        identity="i",
+        context_length=8,
+    )
+    text = repr(judge)
+    assert text.startswith("Judge(name='n', path='p'") and "LlamaForCausalLM" not in text and len(text) < 400

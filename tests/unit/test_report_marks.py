@@ -65,3 +65,14 @@ def test_a_failed_verdict_without_a_conflict_marks_its_weakest_word_and_a_passed
     )
     assert 'Sales rose by <mark class="weakest"' in page and ">4</mark> million." in page
     assert page.count("<mark") == 2 and "snowed" not in page  # the supported claim is left unmarked
+
+
+def test_the_cli_names_the_weakest_word_never_a_bare_whitespace_token():
+    from offline_sumscore.cli.judges import evidence_text
+
+    spaced = {"token": " ", "word": "4", "pmi": -1.4, "p": 0.001, "expected": " new", "p_expected": 0.9}
+    spaced["expected_word"] = "new"
+    assert evidence_text(spaced).startswith("'4' (PMI -1.4 nats") and "token" not in evidence_text(spaced)
+    piece = {"token": "20", "word": "2014", "pmi": -2.0, "p": 0.01, "expected": "19", "p_expected": 0.8}
+    piece["expected_word"] = "1914"
+    assert evidence_text(piece).startswith("'2014' (token '20', PMI -2.0") and "expected '1914'" in evidence_text(piece)
