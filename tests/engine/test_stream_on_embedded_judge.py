@@ -9,6 +9,7 @@ how many requests shared a call.
 import pytest
 
 from offline_sumscore import SummarizationScorer
+from offline_sumscore.analysis.row_diff import without_timing
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
 from tests.conftest import SOURCE, SUMMARY
 
@@ -73,12 +74,9 @@ def test_two_runs_give_identical_rows(judge, streamed):
     rows, _ = streamed["decoding"]
     again, _ = score(judge, DECODING)
 
-    def strip(r):  # wall times aside
-        d = r.to_dict()
-        d["stages"] = {k: {f: x for f, x in s.items() if f != "seconds"} for k, s in d["stages"].items()}
-        return d
-
-    assert [strip(r) for r in rows] == [strip(r) for r in again]
+    # Wall times aside, and the engine's sizing where it was read from the memory free at its start (another
+    # process on the machine moves it between the two runs: seen in a clean-clone CI run beside a soak benchmark)
+    assert without_timing([r.to_dict() for r in rows]) == without_timing([r.to_dict() for r in again])
 
 
 def test_a_prefix_evicted_and_recomputed_gives_the_same_rows(judge):
