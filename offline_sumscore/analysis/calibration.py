@@ -95,11 +95,6 @@ def is_likelihood_row(row: dict) -> bool:
     return not row.get("error") and (row.get("settings") or {}).get("design.verdicts") == "likelihood"
 
 
-def likelihood_rows(rows: Iterable[dict]) -> list[dict]:
-    """The scored OUTPUT rows whose verdicts were read by likelihood."""
-    return [r for r in rows if is_likelihood_row(r)]
-
-
 def one_sided_run(rows: Iterable[dict]) -> str | None:
     """one_sided over the claims of a run's likelihood rows (read once, one row at a time: a run's rows may be read
     from its file)."""

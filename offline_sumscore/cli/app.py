@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from offline_sumscore.core.results import EMBEDDED_JUDGE_NOTE, first_clause, row_label
+from offline_sumscore.core.results import EMBEDDED_JUDGE_NOTE, first_clause, row_label, scored_by_embedded
 from offline_sumscore.scorers import METRICS
 from offline_sumscore.scorers.base import ScorerBase
 
@@ -118,7 +118,7 @@ def run_table(metric: str, rows: Iterable[dict], seconds: float, *, details: boo
         stages = (r.get("stages") or {}).values()
         tokens_in += sum(s["tokens_in"] for s in stages)  # shared prefixes counted per row
         tokens_out += sum(s["tokens_out"] for s in stages)
-        embedded = embedded or bool((r.get("judge") or {}).get("embedded"))
+        embedded = embedded or scored_by_embedded(r)
         if r.get("error") is not None:
             continue
         ok += 1

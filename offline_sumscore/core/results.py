@@ -137,9 +137,14 @@ EMBEDDED_JUDGE_NOTE = (
 )
 
 
+def scored_by_embedded(row: dict[str, Any]) -> bool:
+    """Whether the embedded judge scored this row (what EMBEDDED_JUDGE_NOTE is said for)."""
+    return bool((row.get("judge") or {}).get("embedded"))
+
+
 def embedded_judge_note(rows: list[dict[str, Any]]) -> str | None:
     """EMBEDDED_JUDGE_NOTE where any row was scored by the embedded judge; None otherwise."""
-    return EMBEDDED_JUDGE_NOTE if any((r.get("judge") or {}).get("embedded") for r in rows) else None
+    return EMBEDDED_JUDGE_NOTE if any(scored_by_embedded(r) for r in rows) else None
 
 
 def first_clause(reason: str | None, limit: int = 110) -> str:
