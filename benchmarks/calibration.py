@@ -1,6 +1,7 @@
 """Calibration across kinds of text: does a threshold chosen on one collection hold on another?
 
-    python benchmarks/calibration.py            # FRANK: CNN/DM (near-extractive) and BBC/XSum (abstractive)
+    python benchmarks/calibration.py --data DATA/frank_finesure_gpt4o.jsonl
+        # FRANK: CNN/DM (near-extractive) and BBC/XSum (abstractive)
 
 Each FRANK summary is labelled consistent when its annotators found no error in it (human.summary_has_error == 0).
 Every summary is scored once by the embedded judge at its likelihood design (as `sumscore calibrate` scores); each
@@ -25,13 +26,12 @@ from offline_sumscore.analysis.calibration import calibrate  # noqa: E402
 from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-DATA = HERE.parent.parent / "shared" / "data" / "agreement" / "frank_finesure_gpt4o.jsonl"
 PARTS = {"cnndm": "CNN/DM", "bbc": "BBC/XSum"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--data", type=Path, required=True, help="FRANK's agreement file (frank_finesure_gpt4o.jsonl)")
     ap.add_argument("--resamples", type=int, default=2000)
     args = ap.parse_args()
     items = [json.loads(line) for line in args.data.open()]

@@ -1,7 +1,7 @@
 """`sumscore compare` on SummEval: does our judge's verdict on a pair of systems agree with the experts'?
 
-    python benchmarks/compare_systems.py                       # all 58 documents x 12 systems (about 15 min here)
-    python benchmarks/compare_systems.py --documents 10        # a quicker look
+    python benchmarks/compare_systems.py --data DATA/summeval_dev.jsonl   # 58 documents x 12 systems (15 min)
+    python benchmarks/compare_systems.py --data DATA/summeval_dev.jsonl --documents 10   # a quicker look
 
 1. Scores every SummEval summary once with the embedded judge (`sumscore score`, resumable), then splits the rows
    into one OUTPUT per system (runs/summeval_compare/systems/M8.jsonl, ...).
@@ -30,7 +30,6 @@ from offline_sumscore.io.outputs import read_results, write_rows  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-DEFAULT_DATA = HERE.parent.parent / "shared" / "data" / "agreement" / "summeval_dev.jsonl"
 AXES = {
     "score": "experts' (consistency + relevance) / 2",
     "alignment": "experts' consistency",
@@ -81,7 +80,7 @@ def spearman(a: list[float], b: list[float]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--data", type=Path, required=True, help="SummEval's agreement file (summeval_dev.jsonl)")
     ap.add_argument("--documents", type=int, default=None, help="the first N documents (default: all)")
     ap.add_argument("--pair", default="M8,M23", help="the two systems shown with `sumscore compare`")
     ap.add_argument("--resamples", type=int, default=10000)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The one device call for a lent GPU (see benchmarks/README.md): the throughput ladder on Llama-3.1-8B's geometry
-# with random bf16 weights and Llama-3's 128k vocabulary, the full engine first, results written after every rung.
-# Prepare here first (nothing is fetched there):
-#   benchmarks/gpu_wheels.sh 3.12 .gpu/whl     # the wheels the image lacks, size-checked, dry-run resolved
+# The throughput ladder on any GPU machine without network, in one command (see benchmarks/README.md): Llama-3.1-8B's
+# geometry with random bf16 weights and Llama-3's 128k vocabulary, the full engine first, results written after
+# every rung. Prepare on a machine with network first (nothing is fetched on the GPU machine):
+#   DATA=FILE benchmarks/gpu_wheels.sh 3.12 .gpu/whl   # the wheels it lacks, size-checked, dry-run resolved
 # which also writes .gpu/tokenizer (the embedded judge's tokenizer files, no weights) and .gpu/data.jsonl (SummEval
-# sources and summaries). .gpu is git-ignored: name it in the device call's carry.
+# sources and summaries). .gpu is git-ignored: copy it to the GPU machine with the repository.
 #   run: bash benchmarks/gpu_check.sh            carry: [".gpu"]
 # Rehearsed on the CPU by benchmarks/gpu_rehearsal.sh (PYTHON, WHEELS, OUT and extra ladder arguments, such as
 # --allow-cpu --layers 1, are taken from the environment and the command line).

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The wheels that the GPU machine's image lacks, for its Python, into a git-ignored folder that the device call
-# carries; then two checks made here, before any device time is spent:
-#   1. their size, against what one device call may carry (64 MiB for the whole working tree);
-#   2. a dry-run install from those wheels and the image's own packages only (no index): every requirement
-#      resolves without a network.
-# Usage: benchmarks/gpu_wheels.sh [PYTHON_VERSION] [DEST]
-#   benchmarks/gpu_wheels.sh 3.12 .gpu/whl     # for the H200 image (Python 3.12.3; torch and transformers there)
-#   benchmarks/gpu_wheels.sh 3.11 .gpu/whl     # for the CPU rehearsal here (benchmarks/gpu_rehearsal.sh)
+# For a GPU machine without network: the wheels it lacks, for its Python, into a git-ignored folder (.gpu/) that
+# travels with the repository; then two checks made here, before the machine's time is spent:
+#   1. their size, against what the transfer may carry (LIMIT_MIB);
+#   2. a dry-run install from those wheels and the packages the machine already has (IN_IMAGE, no index): every
+#      requirement resolves without a network.
+# What any such machine needs already installed (too large to carry): Python with pip, a CUDA build of torch and
+# transformers>=5; IN_IMAGE lists the small packages this assumes it has (add them to CARRIED where it lacks them).
+# Also written: .gpu/tokenizer (the embedded judge's tokenizer files) and .gpu/data.jsonl (from DATA).
+# Usage: DATA=FILE benchmarks/gpu_wheels.sh [PYTHON_VERSION] [DEST]
+#   DATA=summeval_dev.jsonl benchmarks/gpu_wheels.sh 3.12 .gpu/whl   # a machine with Python 3.12
+#   DATA=summeval_dev.jsonl benchmarks/gpu_wheels.sh 3.11 .gpu/whl   # the CPU rehearsal (benchmarks/gpu_rehearsal.sh)
 set -euo pipefail
 PY_VERSION=${1:-3.12}
 DEST=${2:-.gpu/whl}
@@ -52,5 +55,5 @@ PY
 mkdir -p .gpu/tokenizer
 judge=${OFFLINE_SUMSCORE_MODELS:-models/converted}/SmolLM2-135M-Instruct  # where `make setup` converted it
 cp "$judge"/{tokenizer.json,tokenizer_config.json,chat_template.jinja,config.json,generation_config.json} .gpu/tokenizer/
-cp "${DATA:-../shared/data/agreement/summeval_dev.jsonl}" .gpu/data.jsonl
+cp "${DATA:?set DATA to the ladder's data file (a JSONL with source and summary: SummEval's summeval_dev.jsonl for the published ladders)}" .gpu/data.jsonl
 echo "carry .gpu: $(du -sm .gpu --exclude=image-venv | cut -f1) MiB ($(ls .gpu | tr '\n' ' '))"

@@ -29,9 +29,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.throughput import CONFIGS, DEFAULT_DATA, RESULTS, OutlinesEngine, frozen_inputs  # noqa: E402
+from benchmarks.throughput import CONFIGS, RESULTS, OutlinesEngine, frozen_inputs  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
+from offline_sumscore.engine.local.lab import lab  # noqa: E402
 
 CATEGORIES = [  # first match wins, on the operator's name
     ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm", "mkldnn::_linear")),
@@ -145,7 +146,7 @@ def bound(judge, log: list[dict], naive_engine, inputs, caps) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--data", type=Path, default=None, help="as throughput.py --data (without it: the demo rows)")
     args = ap.parse_args()
     cfg = CONFIGS["cpu"]
     judge = load_judge()
@@ -158,11 +159,17 @@ def main() -> None:
         max_text_chars=cfg["text_chars"],
         max_reason_chars=cfg["reason_chars"],
     )
+
+    def engine_with(features: EngineFeatures):
+        def make(**hook) -> TransformersEngine:
+            with lab(features=features, **hook):  # the engine's developer hook: features and the timing hook
+                return TransformersEngine(judge)
+
+        return make
+
     engines = {
-        "rung 5 (waves, no store)": lambda **hook: TransformersEngine(
-            judge, features=EngineFeatures().without("continuous", "prefix_store"), **hook
-        ),
-        "rung 7 (the full engine)": lambda **hook: TransformersEngine(judge, **hook),
+        "rung 5 (waves, no store)": engine_with(EngineFeatures().without("continuous", "prefix_store")),
+        "rung 7 (the full engine)": engine_with(EngineFeatures()),
     }
     report = {name: profile(judge, make, inputs, caps) for name, make in engines.items()}
     for name, make in engines.items():

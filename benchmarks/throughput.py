@@ -1,6 +1,6 @@
 """Throughput ladder: one process, one loaded judge, the same frozen inputs, each rung adding one feature.
 
-    python benchmarks/throughput.py --config cpu      # embedded judge, 6 samples, 3 questions (about 10 min here)
+    python benchmarks/throughput.py --config cpu --data DATA/summeval_dev.jsonl   # embedded judge (about 10 min here)
     python benchmarks/throughput.py --config gpu --tokenizer DIR   # Llama-3.1-8B geometry, random bf16 weights
     python benchmarks/throughput.py --config cpu --dtype bfloat16 --rungs 7,0 --shared-rungs ''
         # the judge in bfloat16 on a CPU with AMX/AVX512-BF16: the batched engine gains, batch-1 decoding loses, and
@@ -64,9 +64,9 @@ from offline_sumscore.engine import Engine  # noqa: E402
 from offline_sumscore.engine.grammar import GrammarCompiler  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine  # noqa: E402
 from offline_sumscore.engine.local.kv_slots import KVGeometry  # noqa: E402
+from offline_sumscore.engine.local.lab import lab  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DEFAULT_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "agreement" / "summeval_dev.jsonl"
 
 CONFIGS = {
     # Caps keep the embedded judge's degenerate repetition to a realistic length.
@@ -226,9 +226,10 @@ def physical_floor(judge, peaks, processed_tokens, read_tokens, forward_passes, 
 # -- inputs ----------------------------------------------------------------------------------------------------
 def frozen_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
     """The first n items of a JSONL file with source/summary, one summary per document, sources cut at a sentence
-    end near source_chars (so the CPU run fits its time box). Falls back to the bundled demo set, repeated."""
+    end near source_chars (so the CPU run fits its time box). Without a file (path None), or past its end, the
+    bundled demo set, repeated: the table's heading says which (inputs_note)."""
     rows: list[dict] = []
-    if path.exists():
+    if path is not None:
         seen = set()
         for line in path.open():
             item = json.loads(line)
@@ -253,11 +254,19 @@ def frozen_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
     return rows
 
 
+def inputs_note(path: Path | None) -> str:
+    """What the ladder ran on, for its table and JSON: a ladder on the demo rows measures three short texts again and
+    again, and must say so."""
+    if path is None:
+        return "the three bundled demo rows, repeated (no --data given: not comparable with a ladder on real data)"
+    return str(path)
+
+
 def shared_inputs(path: Path, docs: int, per_doc: int, source_chars: int) -> list[dict]:
     """per_doc summaries of each of the first docs documents with that many (ids "system:doc"), sources cut as in
-    frozen_inputs. Falls back to the bundled demo set, each source paired with every demo summary."""
+    frozen_inputs. Without a file, the bundled demo set, each source paired with every demo summary."""
     by_doc: dict[str, list[dict]] = {}
-    if path.exists():
+    if path is not None:
         for line in path.open():
             item = json.loads(line)
             doc = item["id"].split(":")[1] if ":" in item["id"] else item["id"]
@@ -395,7 +404,13 @@ def random_weights(model, std: float = 0.02, period: int = 65521) -> None:
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Throughput ladder (see the module docstring).")
     ap.add_argument("--config", choices=list(CONFIGS), default="cpu")
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="JSONL with source/summary (frozen inputs)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="JSONL with source/summary and ids <set>:<doc>:<system> (SummEval's agreement file is what the "
+        "published ladders ran on); without it, the three bundled demo rows, repeated, and the table says so",
+    )
     ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one")
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
     ap.add_argument(
@@ -520,7 +535,11 @@ def ladder_rungs(judge, caps: dict, cfg: dict, peer=None) -> dict:
     wave = full.without("continuous", "prefix_store", "drafts")  # rungs 2 to 5: the engine before the stream
 
     def engine(features: EngineFeatures = full):
-        return lambda: TransformersEngine(judge, features=features)
+        def make() -> TransformersEngine:
+            with lab(features=features):  # the engine's developer hook: a rung is the engine with features off
+                return TransformersEngine(judge)
+
+        return make
 
     ladder = {
         "0": (
@@ -767,7 +786,7 @@ def bulk_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
     if not n:
         return []
     by_doc: dict[str, list[dict]] = {}
-    if path.exists():
+    if path is not None:
         for line in path.open():
             item = json.loads(line)
             by_doc.setdefault(item["id"].split(":")[1] if ":" in item["id"] else item["id"], []).append(item)
@@ -835,7 +854,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
         },
-        "inputs": str(args.data) if args.data.exists() else "bundled demo examples",
+        "inputs": inputs_note(args.data),
         "rows": rows,
         "vllm": vllm_record or vllm,
     }
@@ -878,7 +897,8 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
         f"and 1 run on the first {cfg['shared_reference_samples']} samples (rates are per sample)."
     )
     markdown = (
-        f"# Throughput ladder, config {args.config}\n\n{len(inputs)} samples, {cfg['questions']} questions, "
+        f"# Throughput ladder, config {args.config}\n\n**Inputs: {inputs_note(args.data)}.** "
+        f"{len(inputs)} samples, {cfg['questions']} questions, "
         f"{args.repeats} run(s) of the whole ladder, each rung's time the median of its runs, "
         f"judge {judge.name} ({judge.device}, {judge.dtype}); peaks measured: "
         f"{peaks['flops_per_s'] / 1e9:.1f} GFLOP/s, {peaks['bytes_per_s'] / 1e9:.1f} GB/s; workload floor "
@@ -920,7 +940,7 @@ def profile_table(rows: list[dict]) -> str:
 
 def row_outcomes(outputs: dict) -> dict:
     """Every rung's rows as their outcomes (score, each verdict and its probability, or the error): what two runs of
-    the ladder, before and after a change, compare with benchmarks/compare_ladders.py."""
+    the ladder, before and after a change, compare with research/compare_ladders.py."""
 
     def outcome(result) -> dict:
         if getattr(result, "error", None):

@@ -1,4 +1,6 @@
-"""pytest helpers: assert that a summary scores well enough, and fail with the reason and the verdicts behind it.
+"""Tools for users' own tests (docs/testing.md): assert_summary holds a summary to a score and fails with the reason
+and the verdicts behind it; ScriptedEngine is a judge that answers each stage with queued replies, for testing a
+pipeline around the scorers without a model.
 
 from offline_sumscore.testing import assert_summary
 
@@ -10,7 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from offline_sumscore.engine.scripted import Raises, ScriptedEngine, ScriptExhausted, Truncated
 from offline_sumscore.scorers import SummarizationScorer
+
+__all__ = ["assert_summary", "ScriptedEngine", "Truncated", "Raises", "ScriptExhausted"]
 
 _scorers: dict[Any, SummarizationScorer] = {}  # one loaded judge per model across a test session
 

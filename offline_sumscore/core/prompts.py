@@ -93,7 +93,7 @@ def statement_prompt(text: str, statement: str, *, with_reason: bool = False, st
 
 # The instruction a likelihood statement is scored after. A quote asks for a copy, and a summary that is a single
 # sentence (XSum's kind: a whole article in one line) is not one, so it is asked as what it is, the judge's own
-# one-sentence summary. Measured on the embedded judge (benchmarks/likelihood_prompts.py,
+# one-sentence summary. Measured on the embedded judge (research/likelihood_prompts.py,
 # results/likelihood_prompts.md): FRANK's BBC/XSum summaries, 138 of 140 a single sentence, rank better that way
 # (AUC 0.688 -> 0.746; better in 97% of paired resamples of documents), while the sentences of longer summaries rank
 # worse (SummEval: 0.463 -> 0.449 on the development documents, 0.371 -> 0.337 on the 48 nothing was chosen on), so

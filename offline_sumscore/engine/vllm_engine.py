@@ -17,6 +17,7 @@ import json
 import math
 import os
 import time
+import warnings
 from collections.abc import Sequence
 
 from offline_sumscore.core.errors import Failure, UsageError
@@ -31,6 +32,24 @@ NOT_INSTALLED = (
     "--engine vllm needs vLLM, which is not installed in this Python: on a GPU, pip install 'offline-sumscore[vllm]'; "
     "on this CPU, `make vllm-env` makes .venv-vllm (vLLM's CPU build), then run .venv-vllm/bin/sumscore"
 )
+
+
+QUIET = {
+    "VLLM_LOGGING_LEVEL": "ERROR",  # vLLM's logger, here and in its engine-core processes
+    "TORCH_CPP_LOG_LEVEL": "ERROR",  # torch's C++ warnings in those processes (NUMA binding, ...)
+    "PYTHONWARNINGS": "ignore",  # Python warnings in those processes (this one filters its own below)
+}
+
+
+def quiet_start_up() -> dict[str, str]:
+    """vLLM's start-up log (dozens of INFO lines and a page of warnings, for three rows) kept to its errors, unless
+    the user set VLLM_LOGGING_LEVEL: set where the user has not set them, before vLLM is imported and starts its
+    processes. Messages vLLM logs while it imports, before it configures its own logger, would reach Python's
+    last-resort handler: a null handler takes them. Returns what it set."""
+    import logging
+
+    logging.getLogger("vllm").addHandler(logging.NullHandler())
+    return {name: os.environ.setdefault(name, value) for name, value in QUIET.items()}
 
 
 def cpu_settings(cores: int | None = None) -> dict[str, str]:
@@ -63,8 +82,13 @@ class VLLMEngine(Engine):
         max_model_len: int | None = None,
         llm_options: dict | None = None,
     ):
+        quiet = "VLLM_LOGGING_LEVEL" not in os.environ  # the user asks for vLLM's own log by setting it
+        applied = quiet_start_up() if quiet else {}
         try:
-            import vllm
+            with warnings.catch_warnings():
+                if quiet:
+                    warnings.simplefilter("ignore")
+                import vllm
         except ImportError:
             raise UsageError(NOT_INSTALLED) from None
         from offline_sumscore.engine.judge import judge_without_weights
@@ -75,7 +99,6 @@ class VLLMEngine(Engine):
 
         on_gpu = torch.cuda.is_available()
         dtype = dtype if dtype != "auto" else ("auto" if on_gpu else "float32")
-        applied = {}
         if not on_gpu:
             for name, value in cpu_settings().items():
                 applied[name] = os.environ.setdefault(name, value)
@@ -87,9 +110,13 @@ class VLLMEngine(Engine):
             "max_model_len": max_model_len or self.judge.context_length,
             **({"gpu_memory_utilization": 0.5} if not on_gpu else {}),
             **({"enforce_eager": enforce_eager} if enforce_eager is not None else {}),
+            **({"use_tqdm_on_load": False} if quiet else {}),
             **(llm_options or {}),
         }
-        self.llm = vllm.LLM(model=self.judge.path, **self.settings)
+        with warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            self.llm = vllm.LLM(model=self.judge.path, **self.settings)
         self.judge.context_length = self.settings["max_model_len"]  # what the context checks hold requests to
         self.environment = applied
         self.version = vllm.__version__

@@ -63,7 +63,11 @@ class ChunkActor:
         self.scorer = build_scorer(config)
         self.scorer.load()  # now, not on the first chunk
 
-    def __call__(self, batch: dict) -> dict:
+    def __call__(self, batch: dict) -> dict:  # as Ray Data calls it
+        return self.score_chunks(batch)
+
+    def score_chunks(self, batch: dict) -> dict:
+        """{"chunk": [k, ...], "samples": [JSON, ...]} -> {"chunk": [k, ...], "results": [JSON rows, ...]}."""
         chunks, results = [], []
         for k, payload in zip(batch["chunk"], batch["samples"]):
             samples = [
@@ -141,31 +145,27 @@ def score_chunks_on_ray(
         for k, chunk in todo:
             samples = [dict(asdict(item), columns=None) for item in chunk if isinstance(item, Sample)]
             if samples:
-                payloads.append({"chunk": k, "samples": json.dumps(samples, ensure_ascii=False)})
+                payloads.append({"chunk": [k], "samples": [json.dumps(samples, ensure_ascii=False)]})
             else:  # a chunk of bad rows only: nothing for a judge to do
                 yield k, chunk_rows(chunk, [], config["metric"])
         if not payloads:
             return
-        ds = ray.data.from_items(payloads, override_num_blocks=len(payloads))
-        scored = ds.map_batches(
-            ChunkActor,
-            fn_constructor_kwargs={
-                "config": dict(
-                    config, threads_per_judge=max(1, int(cpus_per_judge)), device_share=_share(gpus_per_judge)
-                )
-            },
-            batch_size=1,
-            compute=ray.data.ActorPoolStrategy(size=num_judges),
-            num_gpus=gpus_per_judge or None,
+        # Plain actors, not a Ray Data pipeline: the restart bounds are named options of an actor there
+        # (map_batches takes them only as ray_remote_args, deprecated in Ray 2.60 with nothing to replace them, and
+        # Ray Data's own default restarts a killed actor and retries its chunk without end).
+        judge = ray.remote(ChunkActor).options(
+            num_gpus=gpus_per_judge or 0,
             num_cpus=cpus_per_judge,
-            # Deprecated in Ray 2.60 with no named replacement yet (pyproject bounds Ray below 2.64, where it goes);
-            # Ray Data's own default would restart a killed actor and retry its chunk without end.
             max_restarts=max_retries,
             max_task_retries=max_retries,
         )
-        for row in scored.iter_rows():
-            k = int(row["chunk"])
-            yield k, chunk_rows(by_k[k], json.loads(row["results"]), config["metric"])
+        actor_config = dict(config, threads_per_judge=max(1, int(cpus_per_judge)), device_share=_share(gpus_per_judge))
+        from ray.util import ActorPool
+
+        pool = ActorPool([judge.remote(actor_config) for _ in range(min(num_judges, len(payloads)))])
+        for out in pool.map_unordered(lambda actor, payload: actor.score_chunks.remote(payload), payloads):
+            for k, results in zip(out["chunk"], out["results"]):
+                yield int(k), chunk_rows(by_k[int(k)], json.loads(results), config["metric"])
 
     return run
 

@@ -128,7 +128,7 @@ class VerdictStage:
 
 
 # The likelihood verdict's rule: the mean PMI per token, less half the PMI of the worst fact conflict (below). Measured
-# on the perturbation set and the labelled data (benchmarks/verdict_rules.py, results/verdict_rules.md): a changed
+# on the perturbation set and the labelled data (research/verdict_rules.py, results/verdict_rules.md): a changed
 # number now fails 88% of the time instead of 3%, a changed date 62%, a negation 63%, while 97% of faithful
 # paraphrases still pass, and FRANK, SummEval and REALSumm stay within their intervals.
 CONFLICT_WEIGHT = 0.5

@@ -13,6 +13,7 @@ from offline_sumscore import SummaryScore
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
+from offline_sumscore.engine.local.lab import lab
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -77,7 +78,8 @@ def mix() -> list[StageRequest]:
 
 
 def run(judge, without=(), **engine_options):
-    engine = TransformersEngine(judge, features=EngineFeatures().without(*without), **engine_options)
+    with lab(features=EngineFeatures().without(*without)):  # the engine's developer hook
+        engine = TransformersEngine(judge, **engine_options)
     return engine.run(mix()), engine.stats
 
 

@@ -11,6 +11,7 @@ import pytest
 from offline_sumscore import SummarizationScorer
 from offline_sumscore.analysis.row_diff import without_timing
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
+from offline_sumscore.engine.local.lab import lab
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -52,7 +53,8 @@ def same_rows(left, right):
 
 
 def score(judge, options, items=ITEMS, without=()):
-    engine = TransformersEngine(judge, features=EngineFeatures().without(*without))
+    with lab(features=EngineFeatures().without(*without)):
+        engine = TransformersEngine(judge)
     return SummarizationScorer(engine=engine, **options).score_many(items), engine
 
 
@@ -85,7 +87,8 @@ def test_a_prefix_evicted_and_recomputed_gives_the_same_rows(judge):
     # computed again.
     runs = {}
     for budget in (None, 300):
-        engine = TransformersEngine(judge, store_tokens=budget)
+        with lab(store_tokens=budget):
+            engine = TransformersEngine(judge)
         scorer = SummarizationScorer(engine=engine, **DECODING)
         first = scorer.score_many(ITEMS[:2])
         before = engine.stats.stored_tokens
@@ -107,7 +110,8 @@ def test_identical_requests_in_flight_are_computed_once(judge):
     ]
     engine = TransformersEngine(judge)
     results = engine.run(reqs)
-    alone = TransformersEngine(judge, features=EngineFeatures(prefix_store=False)).run(reqs[:1])[0]
+    with lab(features=EngineFeatures(prefix_store=False)):
+        alone = TransformersEngine(judge).run(reqs[:1])[0]
     assert all(r.ok for r in results) and [r.raw_output for r in results] == [alone.raw_output] * 3
     assert [r.cached for r in results] == [False, True, True] and [r.request.sample_id for r in results] == list("abc")
     assert engine.stats.decoded_tokens == alone.decoded_tokens  # decoded once

@@ -80,7 +80,7 @@ def test_balanced_accuracy_and_kappa_by_hand():
 
 
 def test_agreement_reader_names_the_malformed_line_and_field(tmp_path):
-    from benchmarks.agreement import read_items
+    from offline_sumscore.io.agreement_items import read_items
 
     good = {"id": "s:d1:M1", "source": "A source.", "summary": "A summary.", "human": {"consistency": 5}, "judges": {}}
     path = tmp_path / "data.jsonl"
@@ -96,7 +96,7 @@ def test_agreement_reader_names_the_malformed_line_and_field(tmp_path):
 
 
 def test_stratified_document_pick_is_whole_documents_and_reproducible(tmp_path):
-    from benchmarks.agreement import pick_documents
+    from offline_sumscore.io.agreement_items import pick_documents
 
     items = [
         {"id": f"s:d{d}:M{m}", "doc_id": f"d{d}", "human": {"consistency": d % 5 + m / 10}}

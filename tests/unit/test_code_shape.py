@@ -1,4 +1,5 @@
-"""The package stays readable in one sitting: no file over 500 lines, no function over 80 (100 in benchmarks/).
+"""The package stays readable in one sitting: no file over 500 lines, no function over 80 (100 in benchmarks/ and
+research/).
 Read from the source with ast, nested functions counted on their own as well as inside their parent."""
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import offline_sumscore
 
 PACKAGE = Path(offline_sumscore.__file__).parent
 BENCHMARKS = PACKAGE.parent / "benchmarks"
+RESEARCH = PACKAGE.parent / "research"
 MAX_FILE_LINES = 500
-MAX_FUNCTION_LINES = {PACKAGE: 80, BENCHMARKS: 100}
+MAX_FUNCTION_LINES = {PACKAGE: 80, BENCHMARKS: 100, RESEARCH: 100}
 
 
 def long_functions(source: str, limit: int) -> list[tuple[str, int]]:
@@ -30,7 +32,7 @@ def test_no_file_in_the_package_is_over_500_lines():
     assert not {p: n for p, n in long.items() if n > MAX_FILE_LINES}
 
 
-def test_no_function_is_over_80_lines_in_the_package_or_100_in_benchmarks():
+def test_no_function_is_over_80_lines_in_the_package_or_100_in_scripts():
     over = [
         f"{path.relative_to(root.parent)}: {name} has {lines} lines (at most {limit})"
         for root, limit in MAX_FUNCTION_LINES.items()

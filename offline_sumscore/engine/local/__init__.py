@@ -16,6 +16,8 @@ Where each part lives, in the order a request meets them:
 - capacity.py    rows and cached tokens per batch, from free memory.
 - memory.py      out of memory, handled one way: halve, or fail loudly alone.
 - features.py    the features the ladder switches, the counters, the timing hook's records.
+- lab.py         the one developer hook: features, the prefix store's budget and a timing hook, for the ladder,
+                 the profiler and the engine's tests; no user option.
 
 One step of the loop (step.py):
 1. Admit waiting units while the row cap and the token budget allow; finished rows left after the last step.

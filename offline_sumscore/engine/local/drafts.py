@@ -125,14 +125,18 @@ class Draft:
         return [m for m in range(1, n) if not self.forced[m]] + ([n] if n and not self.stopped else [])
 
 
+DRAFT_TOKENS = 8  # guessed tokens a row at most
+DRAFT_BUDGET_CPU, DRAFT_BUDGET_GPU = 64, 1024  # guessed tokens a pass at most, less the pass's own tokens
+
+
 class Drafter:
     """Drafts for the rows of a step: up to `tokens` guessed tokens a row and `budget` a pass. A guessed token
     costs a token's compute whether it is kept or not: about 1.5 ms on the 2-core CPU, where a pass costs about
     45 ms before its tokens; on a GPU a pass reads every weight once and a few hundred tokens ride along."""
 
-    def __init__(self, *, enabled: bool, forced_tokens: bool, gpu: bool, eos_ids, tokens=None, budget=None):
-        self.tokens = (tokens or 8) if enabled else 0
-        self.budget = budget or (1024 if gpu else 64)
+    def __init__(self, *, enabled: bool, forced_tokens: bool, gpu: bool, eos_ids):
+        self.tokens = DRAFT_TOKENS if enabled else 0
+        self.budget = DRAFT_BUDGET_GPU if gpu else DRAFT_BUDGET_CPU
         self.forced_tokens, self.eos_ids = forced_tokens, eos_ids
         self.history = DraftHistory()  # finished outputs per grammar, the drafts' second source
 

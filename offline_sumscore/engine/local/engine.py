@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from offline_sumscore.core.errors import Failure, check_count
@@ -23,8 +23,9 @@ from offline_sumscore.engine.local.admission import Admission, rows_for
 from offline_sumscore.engine.local.attention import check_attention, register_attention
 from offline_sumscore.engine.local.capacity import capacity
 from offline_sumscore.engine.local.drafts import Drafter
-from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
+from offline_sumscore.engine.local.features import EngineStats
 from offline_sumscore.engine.local.forward import Passes
+from offline_sumscore.engine.local.lab import lab_settings
 from offline_sumscore.engine.local.likelihood import LikelihoodPath
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone
 from offline_sumscore.engine.local.prefix_store import PrefixStore
@@ -38,18 +39,12 @@ class TransformersEngine(Engine):
     """Answers StageRequests on a loaded Judge: run(requests) -> results in the same order, or stream(feed)."""
 
     def __init__(
-        self,
-        judge: Judge,
-        *,
-        features: EngineFeatures | None = None,
-        batch_size: int | None = None,
-        token_budget: int | None = None,
-        store_tokens: int | None = None,
-        device_share: float = 1.0,
-        draft_tokens: int | None = None,
-        draft_budget: int | None = None,
-        on_timing: Callable[[Timing], None] | None = None,
+        self, judge: Judge, *, batch_size: int | None = None, token_budget: int | None = None, device_share: float = 1.0
     ):
+        """batch_size and token_budget: rows and cached tokens a batch may hold (None: from free memory, see
+        capacity.py); device_share: the share of the device this engine may fill (Ray actors sharing a GPU). What
+        the ladder and the engine's tests switch (features, the prefix store's budget, a timing hook) comes from
+        the one developer hook, lab.py."""
         if batch_size is not None:
             check_count("batch_size", batch_size)
         if not 0 < device_share <= 1:
@@ -59,7 +54,8 @@ class TransformersEngine(Engine):
         # Ragged passes attend with ours (attention.ragged_attention), whatever the model was loaded with; a model
         # whose attention it would compute wrongly is refused here (the loader refused it before its weights).
         check_attention(judge.model.config)
-        features = features or EngineFeatures()
+        settings = lab_settings()
+        features = settings.features
         self.judge, self.features, self.device_share = judge, features, device_share
         if judge.grammar_compiler is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
             judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
@@ -75,19 +71,22 @@ class TransformersEngine(Engine):
         self.attention = judge.model.config._attn_implementation
         # Prefixes kept across steps and calls: a quarter of the batch's token budget, so the store can never
         # crowd out the running batch.
-        self.store = PrefixStore((store_tokens or self.token_budget // 4) if features.prefix_store else 0)
+        self.store = PrefixStore((settings.store_tokens or self.token_budget // 4) if features.prefix_store else 0)
         self.memory = MemoryGuard(self.device, self.stats)
-        self.passes = Passes(judge.model, max_rows=self.max_rows, stats=self.stats, on_timing=on_timing)
+        self.passes = Passes(judge.model, max_rows=self.max_rows, stats=self.stats, on_timing=settings.on_timing)
         self.sampler = Sampler(
-            judge, self.grammars, features=features, stats=self.stats, max_rows=self.max_rows, on_timing=on_timing
+            judge,
+            self.grammars,
+            features=features,
+            stats=self.stats,
+            max_rows=self.max_rows,
+            on_timing=settings.on_timing,
         )
         self.drafter = Drafter(
             enabled=features.drafts,
             forced_tokens=features.forced_tokens,
             gpu=self.device.type == "cuda",
             eos_ids=self.sampler.eos_ids,
-            tokens=draft_tokens,
-            budget=draft_budget,
         )
         self.admission = Admission(self.sampler, self.store, self.memory, self.stats)
         self.stepper = Stepper(self.passes, self.sampler, self.drafter, self.store, self.stats)

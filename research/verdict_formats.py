@@ -1,7 +1,7 @@
 """Which way of asking gives a judge's verdicts the most signal: the measurement behind each judge's stage defaults.
 
-    python benchmarks/verdict_formats.py                 # embedded judge, all of FRANK and REALSumm (~15 min here)
-    python benchmarks/verdict_formats.py --model DIR     # a judge you bring
+    python research/verdict_formats.py                 # embedded judge, all of FRANK and REALSumm (~15 min here)
+    python research/verdict_formats.py --model DIR     # a judge you bring
 
 One verdict asks "does this text support this statement?". FRANK: each summary sentence against its source (human
 label: no error). REALSumm: each human key fact against the summary (human label: present). The same verdicts are
@@ -13,7 +13,7 @@ human labels, with a bootstrap interval over documents:
   json boolean   the same question, answered as {"supported": true|false}; P(true) at the boolean
   likelihood     the judge's mean log-probability per token of the statement after the text, minus the same without
                  the text (PMI); also its balanced accuracy at PMI >= 2.0 nats per token, the scorer's default
-Writes benchmarks/results/verdict_formats_<judge>.{json,md}.
+Writes research/results/verdict_formats_<judge>.{json,md}.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
 from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "agreement"
+DATA: Path | None = None  # the folder of the agreement files, from --data-dir
 FORMATS = ("yes-no bare", "yes-no full", "json boolean", "likelihood")
 
 
@@ -126,10 +126,13 @@ def measure(engine: TransformersEngine, which: str, fmt: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", type=Path, required=True, help="the folder holding the agreement files")
     ap.add_argument("--model", default=None)
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--data", default="frank_finesure_gpt4o,realsumm_keyfacts")
     args = ap.parse_args()
+    global DATA
+    DATA = args.data_dir
     judge = load_judge(args.model)
     engine = TransformersEngine(judge)
     report = {"judge": judge.describe(), "threshold": LIKELIHOOD_THRESHOLD, "results": {}}

@@ -1,12 +1,12 @@
 """What a claim is asked as, in a likelihood verdict: candidate instructions compared on the embedded judge.
 
-    python benchmarks/likelihood_prompts.py                 # profiles missing ones (about 8 minutes a candidate)
-    python benchmarks/likelihood_prompts.py --table-only    # the table from the profiles already there
+    python research/likelihood_prompts.py                 # profiles missing ones (about 8 minutes a candidate)
+    python research/likelihood_prompts.py --table-only    # the table from the profiles already there
 
 The likelihood verdict scores a claim as the judge's reply to the source and one instruction
 (prompts.likelihood_prompt). Each candidate below is put in the product's place for it (prompts.LIKELIHOOD_INSTRUCTION)
-and every statement profiled as benchmarks/token_profiles.py does, into results/runs/likelihood_prompts/<name>/.
-Figures, under the product's verdict rule (benchmarks/verdict_rules.CHOSEN): FRANK sentence ROC AUC per collection,
+and every statement profiled as research/token_profiles.py does, into results/runs/likelihood_prompts/<name>/.
+Figures, under the product's verdict rule (research/verdict_rules.CHOSEN): FRANK sentence ROC AUC per collection,
 the share of faithful and of erroneous sentences on the right side of the 2.0 threshold, REALSumm key-fact balanced
 accuracy, SummEval Spearman of a summary's mean P(yes) with expert consistency on the 10 development documents that
 benchmarks/agreement.py picks, and on the **other 48 documents of the file** (the check: no choice looked at them
@@ -193,7 +193,13 @@ def main() -> None:
     ap.add_argument("--candidates", default=",".join(CANDIDATES))
     ap.add_argument("--sets", default="frank,summeval,summeval_rest,realsumm")
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument(
+        "--data-dir", type=Path, help="the folder holding the agreement files (not needed with --table-only)"
+    )
     args = ap.parse_args()
+    if not args.table_only and args.data_dir is None:
+        ap.error("--data-dir is needed to profile (the folder holding the agreement files); --table-only needs none")
+    tp.DATA = args.data_dir
     names = args.candidates.split(",")
     if not args.table_only:
         profile_missing(names, args.sets.split(","))
@@ -216,7 +222,7 @@ def main() -> None:
 
 
 HEADER = """
-`python benchmarks/likelihood_prompts.py` (the embedded judge; each candidate in the place of the instruction a
+`python research/likelihood_prompts.py` (the embedded judge; each candidate in the place of the instruction a
 likelihood statement is scored after), under the product's verdict rule; the 2.0 threshold and the rule were left as
 they are for every candidate. REALSumm's column scores its key facts with the candidate too (in the product they are
 coverage statements, asked as quotes whatever the claims are asked as). The profiles were taken at bb11d13, before a

@@ -1,6 +1,6 @@
-"""Likelihood verdict rules compared on token profiles (benchmarks/token_profiles.py), without the model.
+"""Likelihood verdict rules compared on token profiles (research/token_profiles.py), without the model.
 
-    python benchmarks/verdict_rules.py            # every rule on every set; writes results/verdict_rules.{md,json}
+    python research/verdict_rules.py            # every rule on every set; writes results/verdict_rules.{md,json}
 
 A rule maps a statement's token profile to a score in nats per token; the verdict is score >= 2.0 (the product's
 threshold) and P(yes) = sigmoid(score - 2.0), as the product reads them; a rule not in nats gets its own threshold,
@@ -181,7 +181,7 @@ def read_profiles(path: Path) -> list[dict] | None:
 
 def as_product(quote: list[dict], summary: list[dict]) -> list[dict]:
     """Statements as the product asks them, from profiles taken under one instruction each
-    (benchmarks/likelihood_prompts.py): a summary's only sentence from the one-sentence-summary profile, every other
+    (research/likelihood_prompts.py): a summary's only sentence from the one-sentence-summary profile, every other
     statement from the quote profile."""
     sentences = Counter(s["id"] for s in quote)
     asked_whole = {(s["id"], s["statement"]): s for s in summary}
@@ -192,7 +192,7 @@ def load(name: str) -> list[dict]:
     path = RUNS / f"token_profiles_{name}.json"
     statements = read_profiles(path)
     if statements is None:
-        raise SystemExit(f"{path} is missing: run benchmarks/token_profiles.py --sets {name}")
+        raise SystemExit(f"{path} is missing: run research/token_profiles.py --sets {name}")
     return statements
 
 
@@ -297,7 +297,7 @@ def tables(report: dict, counts: dict) -> str:
 def main() -> None:
     perturbations, frank = load("perturbations"), load("frank")
     summeval, realsumm = load("summeval"), load("realsumm")
-    # The 48 SummEval documents the development pick leaves out, profiled by benchmarks/likelihood_prompts.py under
+    # The 48 SummEval documents the development pick leaves out, profiled by research/likelihood_prompts.py under
     # each instruction the product asks with: no rule was chosen on them. "-" where they have not been profiled.
     rest = [
         read_profiles(RUNS / "likelihood_prompts" / n / "token_profiles_summeval_rest.json")
@@ -327,8 +327,8 @@ def main() -> None:
 
 
 HEADER = """
-`python benchmarks/token_profiles.py` (the embedded judge's profiles of every statement, about 7 minutes on 2 cores),
-then `python benchmarks/verdict_rules.py` (seconds, no model). Perturbation set: `benchmarks/perturbations.py --seed
+`python research/token_profiles.py` (the embedded judge's profiles of every statement, about 7 minutes on 2 cores),
+then `python research/verdict_rules.py` (seconds, no model). Perturbation set: `research/perturbations.py --seed
 0` (634 pairs). Labelled data: FRANK sentences (ROC AUC of P(yes) against "no error", per collection), SummEval dev
 10 documents (Spearman of a summary's mean P(yes) with expert consistency), REALSumm key facts (balanced accuracy).
 
@@ -346,7 +346,7 @@ tokenizer cut joined back on (two_axis_stages.written_token). That mended CNN/DM
 0.451 -> 0.463, and moved no perturbation figure; it was a bug, found on the labelled data.
 
 "SummEval other 48": the 48 SummEval documents of the file that the 10-document development pick leaves out,
-profiled by benchmarks/likelihood_prompts.py; no rule above was chosen on them. The "(own threshold)" rules were
+profiled by research/likelihood_prompts.py; no rule above was chosen on them. The "(own threshold)" rules were
 added after everything above, to ask why BBC/XSum (abstractive) ranks worst: the mean PMI grows with how rare a
 statement's words are, so a faithful paraphrase in plain words scores low. The share of the statement's surprisal
 (without the text) that the text explains does not: it ranks BBC/XSum 0.736 and the 48 held-out documents 0.408,
@@ -364,7 +364,7 @@ deviation of 0.065 (41 documents), and CNN/DM's rests on 6 wrong sentences.
 Its mean-PMI row reproduces the product's figures before the change (FRANK BBC 0.689, SummEval 0.469, REALSumm
 0.651; CNN/DM 0.844 here against 0.839 in the product, which splits some sentences into two claims).
 Since then the product asks a summary of one sentence as the judge's one-sentence summary of the source ("Summarize
-the article in one sentence.") and every other statement as a quote (benchmarks/likelihood_prompts.py says why). The
+the article in one sentence.") and every other statement as a quote (research/likelihood_prompts.py says why). The
 FRANK and SummEval profiles here are taken that way: 138 of BBC/XSum's 140 summaries are one sentence, none of
 CNN/DM's, 6 of SummEval dev's 120 and 21 of the other 48 documents' 576. The perturbation set's sentences are asked
 as claims of a longer summary (quotes), REALSumm's key facts as coverage statements (quotes), so those columns did

@@ -2,10 +2,10 @@
 that the source contradicts (a swapped number, date, name, place, negation, antonym or role) and a faithful
 paraphrase control that the source supports.
 
-    python benchmarks/perturbations.py                       # writes benchmarks/data/perturbations.jsonl
-    python benchmarks/perturbations.py --seed 0 --per-type 110
+    python research/perturbations.py                       # writes research/data/perturbations.jsonl
+    python research/perturbations.py --seed 0 --per-type 110
 
-Sources: SummEval dev (../shared/data/agreement/summeval_dev.jsonl, "summeval" part: where verdict rules are chosen)
+Sources: SummEval dev (summeval_dev.jsonl in --data-dir, "summeval" part: where verdict rules are chosen)
 and FRANK (frank_finesure_gpt4o.jsonl, "frank" part: held out, reported on). Every row: id, part, type, source (cut at
 a sentence end near --source-chars), original (a sentence of that source, copied), perturbed (the changed copy: the
 source contradicts it), paraphrase (the control: a faithful rewording of the original, which the source supports),
@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "agreement"
+DATA: Path | None = None  # the folder of the agreement files, from --data-dir
 OUT = Path(__file__).resolve().parent / "data" / "perturbations.jsonl"
 MONTHS = "January February March April May June July August September October November December".split()
 DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday".split()
@@ -233,11 +233,26 @@ def generate(seed: int, per_type: int, source_chars: int) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--data-dir",
+        type=Path,
+        required=True,
+        help="the folder holding summeval_dev.jsonl and the other agreement files",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--per-type", type=int, default=120, help="pairs per type, half from each part where they exist")
     ap.add_argument("--source-chars", type=int, default=1500)
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--check", action="store_true", help="write nothing: exit 1 unless --out holds what this writes")
     args = ap.parse_args()
+    global DATA
+    DATA = args.data_dir
+    if args.check:  # the committed set is what its recorded seed and counts generate again
+        recorded = json.loads(args.out.with_suffix(".counts.json").read_text())
+        rows = generate(recorded["seed"], recorded["per_type"], recorded["source_chars"])
+        same = [json.dumps(r, ensure_ascii=False) for r in rows] == args.out.read_text().splitlines()
+        print(f"{args.out}: {'generated again, identical' if same else 'DIFFERS from what the generator writes'}")
+        raise SystemExit(0 if same else 1)
     rows = generate(args.seed, args.per_type, args.source_chars)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
