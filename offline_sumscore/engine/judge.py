@@ -275,6 +275,7 @@ class Judge:
         default=None, repr=False
     )  # set by the engine: compiled grammars shared by every scorer on this judge
     embedded: bool = False  # the embedded 135M judge (the scorers choose their stage designs by it)
+    loaded_attention: str | None = None  # what the model was loaded with, before an engine set its own attention
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 
     def render(self, messages) -> str:

@@ -88,3 +88,19 @@ def test_in_waves_an_engine_gets_one_call_per_wave_across_samples():
     stream_in_waves(Recorder(), PlanFeed([plan("a", 2, log), plan("b", 1, log)], done.__setitem__, in_flight=8))
     assert Recorder.calls == [["a.w0.0", "a.w0.1", "b.w0.0", "b.w0.1"], ["a.w1.0", "a.w1.1"]]
     assert done == {0: ("a", [2, 2]), 1: ("b", [2])}
+
+
+def test_the_store_keeps_its_prefixes_in_one_pool_of_blocks_that_eviction_hands_back():
+    store = PrefixStore(budget=64)  # 4 blocks of 16, plus one for a part-filled last block
+    a, b, c = list(range(0, 40)), list(range(100, 130)), list(range(200, 250))
+    store.add(a, kv(a))
+    pool = store.pool
+    assert pool is not None and pool.keys.shape[1] == 64 // STORE_BLOCK + 1
+    store.add(b, kv(b))  # 40 + 30 tokens > 64: a goes
+    assert store.evictions == 1 and store.lookup(a) == (None, 0)
+    found, n = store.lookup(b + [9])
+    assert n == 30 and found[0][0][0, 0, :, 0].tolist() == b and found[1][1][0, 0, :, 0].tolist() == [-t for t in b]
+    store.add(c, kv(c))  # b goes; c's 50 tokens take 4 blocks, the ones a and b held among them
+    assert store.pool is pool and sorted(pool.free + store.entries[store.exact[tuple(c)]].blocks) == list(range(5))
+    found, n = store.lookup(c)
+    assert n == 50 and found[0][0][0, 0, :, 0].tolist() == c  # a part-filled last block reads back whole

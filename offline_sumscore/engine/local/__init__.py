@@ -15,6 +15,7 @@ Where each part lives, in the order a request meets them:
 - likelihood.py  likelihood requests: one pass, no decoding.
 - capacity.py    rows and cached tokens per batch, from free memory.
 - memory.py      out of memory, handled one way: halve, or fail loudly alone.
+- host_heap.py   the host's C heap handed back every few hundred passes, so a long CPU run's memory stays flat.
 - features.py    the features the ladder switches, the counters, the timing hook's records.
 - lab.py         the one developer hook: features, the prefix store's budget and a timing hook, for the ladder,
                  the profiler and the engine's tests; no user option.

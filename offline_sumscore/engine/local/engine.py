@@ -25,6 +25,7 @@ from offline_sumscore.engine.local.capacity import capacity
 from offline_sumscore.engine.local.drafts import Drafter
 from offline_sumscore.engine.local.features import EngineStats
 from offline_sumscore.engine.local.forward import Passes
+from offline_sumscore.engine.local.host_heap import HeapTrimmer
 from offline_sumscore.engine.local.lab import lab_settings
 from offline_sumscore.engine.local.likelihood import LikelihoodPath
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone
@@ -66,13 +67,16 @@ class TransformersEngine(Engine):
         )
         self.max_rows, self.token_budget = self.capacity.rows, self.capacity.token_budget
         self.stats = EngineStats()
-        self.loaded_attention = getattr(judge.model.config, "_attn_implementation", None)
+        if judge.loaded_attention is None:  # the first engine on this judge reads it; later ones find ours set
+            judge.loaded_attention = getattr(judge.model.config, "_attn_implementation", None)
+        self.loaded_attention = judge.loaded_attention
         judge.model.set_attn_implementation(register_attention())
         self.attention = judge.model.config._attn_implementation
         # Prefixes kept across steps and calls: a quarter of the batch's token budget, so the store can never
         # crowd out the running batch.
         self.store = PrefixStore((settings.store_tokens or self.token_budget // 4) if features.prefix_store else 0)
         self.memory = MemoryGuard(self.device, self.stats)
+        self.heap = HeapTrimmer(self.stats) if self.device.type == "cpu" else None
         self.passes = Passes(judge.model, max_rows=self.max_rows, stats=self.stats, on_timing=settings.on_timing)
         self.sampler = Sampler(
             judge,
@@ -160,6 +164,8 @@ class TransformersEngine(Engine):
                             scheduler.waiting.clear()
                             batch = Batch(self.passes.slots())
                     self._answer(feed, open_rows, twins)
+                    if self.heap is not None:
+                        self.heap.after_step()
             finally:
                 self.stats.seconds += time.perf_counter() - started
 

@@ -35,6 +35,8 @@ class EngineStats:
     draft_tokens: int = 0  # guessed tokens fed after rows' pending tokens (drafts.py)
     accepted_draft_tokens: int = 0  # of those, the ones the judge's own picks agreed with (kept)
     nan_rows: int = 0  # rows failed because the judge's logits came out NaN (a poisoned pass, never a verdict)
+    heap_trims: int = 0  # times the host's C heap handed its free memory back (host_heap.py)
+    heap_trim_seconds: float = 0.0
     seconds: float = 0.0
 
     def as_dict(self) -> dict:

@@ -235,12 +235,17 @@ class KVSlots(Cache):
             self.filled.pop()
             self.used.pop()
 
-    def write(self, slot: int, kv: list, n: int) -> None:
-        """Stored keys and values of n tokens (per layer ([1, kv heads, >= n, dim], same)) as the slot's first n."""
+    def write(self, slot: int, kv, n: int) -> None:
+        """Stored keys and values of n tokens as the slot's first n: a prefix store's StoredKV (copied from its
+        blocks straight into the slot), or per layer ([1, kv heads, >= n, dim], same)."""
         self._span(self.rows, n)
-        for k, v, (k0, v0) in zip(self.key_buffers, self.value_buffers, kv):
-            k[slot, :, :n] = k0[0, :, :n]
-            v[slot, :, :n] = v0[0, :, :n]
+        if hasattr(kv, "copy_into"):
+            for layer, (k, v) in enumerate(zip(self.key_buffers, self.value_buffers)):
+                kv.copy_into(layer, k[slot], v[slot], n)
+        else:
+            for k, v, (k0, v0) in zip(self.key_buffers, self.value_buffers, kv):
+                k[slot, :, :n] = k0[0, :, :n]
+                v[slot, :, :n] = v0[0, :, :n]
         self.filled[slot] = n
 
     def fork(self, source: int, slots: list[int], n: int) -> None:
@@ -252,6 +257,11 @@ class KVSlots(Cache):
                     buf[a:b, :, :n] = buf[source : source + 1, :, :n]
         for r in slots:
             self.filled[r] = n
+
+    def row_views(self, slot: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The slot's keys and values per layer as views ([1, kv heads, columns, dim]): read them before the next
+        pass writes the slot."""
+        return [(k[slot : slot + 1], v[slot : slot + 1]) for k, v in zip(self.key_buffers, self.value_buffers)]
 
     def row_kv(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Copies of the slot's first n tokens' keys and values, per layer ([1, kv heads, n, dim])."""
