@@ -184,3 +184,18 @@ def test_every_way_into_the_attended_span_zeroes_or_writes_what_fresh_memory_hel
     feed(s, [1] * s.rows)
     feed(s, [70] + [1] * (s.rows - 1))  # past the first 64 columns: a reallocation, then zeroed as attended
     assert s.rows == 15 and s.filled[0] == 71
+
+
+def test_each_attention_call_reads_its_own_slots_columns_only_not_the_widest_rows():
+    # Two decoding rows (one token each, 3 and 2 tokens before) beside a long prompt (10 tokens, then 4 more): the
+    # single call reads columns [0, 4) of slots 0 and 1, the run [0, 14) of slot 2. NaN past those columns would
+    # poison any call that read them (a masked key weighs 0, but 0 x NaN is NaN).
+    torch.manual_seed(0)
+    filled, counts = np.array([3, 2, 10]), np.array([1, 1, 4])
+    keys, values = torch.randn(3, 2, 14, 3), torch.randn(3, 2, 14, 3)
+    keys[:2, :, 4:], values[:2, :, 4:] = float("nan"), float("nan")
+    layout = RaggedPass(filled, counts, torch.device("cpu"))
+    q = torch.randn(1, 4, layout.tokens, 3)
+    got = ragged_attention(q, keys, values, layout, None)
+    assert torch.isfinite(got).all()
+    assert torch.allclose(got, reference_attention(q, keys, values, filled, counts, 2), atol=1e-5)

@@ -8,11 +8,13 @@ the local layers of Gemma-2 and Gemma-3 do) and softcapped scores (`softcap`: ta
 mask, as Gemma-2 does). Columns are positions (each row lies left-aligned in its slot), so a window is a bound on
 columns.
 
-A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. Attention runs as one call over
-every slot's first new token (a decoding step feeds one token a row, so that is usually the whole pass) plus one
-call per run of adjacent slots that feed more (a prefill, a row with a draft), each over that run's own slots and
-width, so no row's attention is padded to another's length. On a GPU, past MAX_RUNS runs, one call over their
-span, padded: there a call costs a kernel launch, padding little.
+A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. Attention runs as one call over the
+slots that feed one token (a decoding step feeds one token a row, so that is usually the whole pass) plus one call
+per run of adjacent slots that feed more (a prefill, a row with a draft), each over that run's own slots and
+width, so no row's attention is padded to another's length. Each call reads the keys of its own slots only, up to
+the last column any of them attends (its `stop`), not the whole batch's widest row: a prompt fed beside long
+decoding rows attends its own few hundred columns. On a GPU, past MAX_RUNS runs, one call over their span,
+padded: there a call costs a kernel launch, padding little.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ MERGE_RUNS_ON = ("cuda",)  # devices where many runs become one padded call (on 
 @dataclass
 class Run:
     """Adjacent slots [first, end) that each feed more than one token in a pass, attended in one call: its tokens'
-    places in the flat sequence, each token's slot within the run and its place in its row, the run's widest feed."""
+    places in the flat sequence, each token's slot within the run and its place in its row, the run's widest feed,
+    and the columns its slots attend ([0, stop))."""
 
     first: int
     end: int
     width: int
+    stop: int
     tokens: torch.Tensor
     slot: torch.Tensor
     step: torch.Tensor
@@ -55,8 +59,12 @@ class RaggedPass:
         self.row_index = indices(self.row_of, device)
         self.column_index = indices(filled[self.row_of] + self.step_of, device)
         singles = np.flatnonzero(counts == 1)
-        self.single = (indices(singles, device), indices(self.offsets[singles], device)) if len(singles) else None
-        self.first_token = indices(np.where(counts > 0, self.offsets, 0), device)
+        self.single = None  # the single call: slots [a, b) spanning every slot that feeds one token, and its stop
+        if len(singles):
+            a, b = int(singles[0]), int(singles[-1]) + 1
+            self.single_span = (a, b, int((filled[a:b] + counts[a:b]).max()))
+            self.single = (indices(singles - a, device), indices(self.offsets[singles], device))
+            self.first_token = indices(np.where(counts[a:b] > 0, self.offsets[a:b], 0), device)
         self.runs = [self._run(a, b) for a, b in self._spans()]
         self._masks: dict[tuple[int, int | None], tuple] = {}  # (kv group, window) -> the pass's masks
 
@@ -74,18 +82,20 @@ class RaggedPass:
             first=a,
             end=b,
             width=int(self.counts[a:b].max()),
+            stop=int((self.filled[a:b] + self.counts[a:b]).max()),
             tokens=indices(mine, self.device),
             slot=indices(self.row_of[mine] - a, self.device),
             step=indices(self.step_of[mine], self.device),
         )
 
-    def _allowed(self, rows: slice, width: int, window: int | None) -> torch.Tensor:
+    def _allowed(self, rows: slice, width: int, window: int | None, stop: int) -> torch.Tensor:
         """A query attends its row's columns up to its own (causal; the row's earlier tokens all come before), and
-        within a window, the last `window` of them. A query beyond its row's tokens (a padded run's, or a slot that
-        feeds nothing in the single call) attends as if at the last column, never nothing: a query row that may
-        attend to no key is where CUDA's kernels return NaN. Built on the device from each query's own column:
-        only those travel. [rows, 1, width, columns]"""
-        last = max(self.stop, 1) - 1
+        within a window, the last `window` of them, among the call's columns [0, stop). A query beyond its row's
+        tokens (a padded run's, or a slot in the single call's span that feeds nothing or more than one token)
+        attends as if at the last column, never nothing: a query row that may attend to no key is where CUDA's
+        kernels return NaN. Built on the device from each query's own column: only those travel.
+        [rows, 1, width, columns]"""
+        last = max(stop, 1) - 1
         keys = torch.arange(last + 1, device=self.device)
         at = indices(np.minimum(self.filled[rows, None] + np.arange(width)[None, :], last), self.device)[:, :, None]
         allowed = keys <= at
@@ -97,8 +107,11 @@ class RaggedPass:
         """The boolean masks of the single call and of each run, each query row repeated once per query head of
         a kv group (the stacking of _gqa), made once per pass for each window its layers use."""
         if (group, window) not in self._masks:
-            single = self._allowed(slice(None), 1, window) if self.single is not None else None
-            run_masks = [self._allowed(slice(run.first, run.end), run.width, window) for run in self.runs]
+            single = None
+            if self.single is not None:
+                a, b, stop = self.single_span
+                single = self._allowed(slice(a, b), 1, window, stop)
+            run_masks = [self._allowed(slice(run.first, run.end), run.width, window, run.stop) for run in self.runs]
             if group > 1:
                 single = single.repeat(1, 1, group, 1) if single is not None else None
                 run_masks = [m.repeat(1, 1, group, 1) for m in run_masks]
@@ -128,14 +141,15 @@ def ragged_attention(
     flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
     out = torch.empty_like(flat)
     if layout.single is not None:
+        a, b, stop = layout.single_span
         q = flat.index_select(0, layout.first_token)[:, :, None]  # each slot's first token: [slots, heads, 1, dim]
-        o = _gqa(q, key, value, single_mask, scaling, group, softcap)[:, :, 0]
+        o = _gqa(q, key[a:b, :, :stop], value[a:b, :, :stop], single_mask, scaling, group, softcap)[:, :, 0]
         rows, tokens = layout.single
         out.index_copy_(0, tokens, o.index_select(0, rows))
     for run, mask in zip(layout.runs, run_masks):
         grid = flat.new_zeros((run.end - run.first, run.width, heads, flat.shape[-1]))
         grid[run.slot, run.step] = flat.index_select(0, run.tokens)
-        keys, values = key[run.first : run.end], value[run.first : run.end]
+        keys, values = key[run.first : run.end, :, : run.stop], value[run.first : run.end, :, : run.stop]
         o = _gqa(grid.transpose(1, 2), keys, values, mask, scaling, group, softcap).transpose(1, 2)
         out.index_copy_(0, run.tokens, o[run.slot, run.step])
     return out[None]

@@ -140,7 +140,8 @@ class KVSlots(Cache):
         self.rows = 0  # slots [0, rows) may hold a row; a pass spans them all
         self.filled: list[int] = []  # each slot's tokens (0 for a free slot)
         self.used: list[bool] = []
-        self.clean = 0  # columns [0, clean) of slots [0, rows) hold finite values
+        self.clean = 0  # columns [0, clean) of slots [0, finite) hold finite values
+        self.finite = 0  # slots that ever entered the span: they keep finite values after their rows leave
         self.open: RaggedPass | None = None
         self.key_buffers: list[torch.Tensor] = []
         self.value_buffers: list[torch.Tensor] = []
@@ -170,9 +171,9 @@ class KVSlots(Cache):
         shape = (rows, self.kv_heads, cols, self.head_dim)
         keys = [self._uninitialised(shape) for _ in self.layers]
         values = [self._uninitialised(shape) for _ in self.layers]
-        if self.rows and self.clean:
+        if self.finite and self.clean:
             for new, old in zip(keys + values, self.key_buffers + self.value_buffers):
-                new[: self.rows, :, : self.clean] = old[: self.rows, :, : self.clean]
+                new[: self.finite, :, : self.clean] = old[: self.finite, :, : self.clean]
         self.key_buffers, self.value_buffers = keys, values
         self.reallocations += 1
 
@@ -197,16 +198,19 @@ class KVSlots(Cache):
 
     def _span(self, rows: int, columns: int) -> None:
         """Slots [0, rows) and columns [0, columns) enter the attended span: room for them, and finite values in
-        every part of it not yet known to hold them."""
+        every part of it not yet known to hold them. A slot that was in the span before (its row left, another
+        takes it) still holds finite values, so it is not zeroed again: the likelihood path empties its slots for
+        every group of rows, and would otherwise zero them all each time."""
         self.reserve(max(rows, self.rows), max(columns, self.clean))
         if rows > self.rows:
-            new = slice(self.rows, rows)
-            self._zero(new, slice(0, self.clean))
+            if rows > self.finite:
+                self._zero(slice(self.finite, rows), slice(0, self.clean))
+                self.finite = rows
             self.filled += [0] * (rows - self.rows)
             self.used += [False] * (rows - self.rows)
             self.rows = rows
         if columns > self.clean:
-            self._zero(slice(0, self.rows), slice(self.clean, columns))
+            self._zero(slice(0, self.finite), slice(self.clean, columns))
             self.clean = columns
 
     def _zero(self, rows: slice, columns: slice) -> None:
