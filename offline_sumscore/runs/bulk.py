@@ -77,7 +77,7 @@ def stream_chunks_here(
         nonlocal written
         while written < len(todo) and missing[written] == 0:
             k, chunk = todo[written]
-            found = results[written]
+            found, results[written] = results[written], {}  # a written chunk's rows leave memory with it
             written += 1
             emit(k, chunk_rows(chunk, [found[at] for at in sorted(found)], scorer.metric))
 
