@@ -13,7 +13,7 @@ The generating design (decoded verdicts: where a row's company in a batch could 
 and killed once with SIGKILL at a random moment (seeded) between a fifth and four fifths of the first run's wall
 time, resumed with --resume, and compared with the first (uninterrupted) run: every row once, none lost, verdicts
 equal (`--kill embedded` kills the other design's run instead).
-Writes benchmarks/results/soak_cpu.{md,json,png}; runs go to results/runs/soak/ (git-ignored).
+Writes benchmarks/results/NAME.{md,json,png} (--name, default soak_cpu); runs go to results/runs/soak/ (git-ignored).
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def _mib(value: float | None, sign: str = "") -> str:
     return "-" if value is None else f"{value:{sign}.0f}"
 
 
-def table(results: list[dict], killed: dict | None) -> str:
+def table(results: list[dict], killed: dict | None, name: str = "soak_cpu") -> str:
     lines = ["# Soak: thousands of rows through `sumscore score` (embedded judge, CPU)", ""]
     lines += [
         "| design | rows | wall s | failed | peak RSS MiB | RSS at each tenth of the rows (MiB) | "
@@ -226,7 +226,7 @@ def table(results: list[dict], killed: dict | None) -> str:
             f"{killed['verdicts']} verdicts moved against the uninterrupted run, "
             f"{killed['rows_differing_timing_aside']} rows differing timing aside.",
         ]
-    lines += ["", "![memory and pace](soak_cpu.png)", ""]
+    lines += ["", f"![memory and pace]({name}.png)", ""]
     return "\n".join(lines)
 
 
@@ -236,6 +236,7 @@ def main() -> None:
     ap.add_argument("--generating", type=int, default=1000, help="rows on the generating design")
     ap.add_argument("--every", type=float, default=5.0, help="seconds between samples")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="soak_cpu", help="the results' file name in benchmarks/results/")
     ap.add_argument(
         "--kill", choices=["generating", "embedded", "none"], default="generating", help="whose run to kill"
     )
@@ -253,10 +254,10 @@ def main() -> None:
         flags = GENERATING if args.kill == "generating" else []
         killed = kill_and_resume(args.kill, flags, work, reference, args.every, args.seed)
         killed["design"] = args.kill
-    (RESULTS / "soak_cpu.json").write_text(json.dumps({"results": results, "kill_resume": killed}, indent=1) + "\n")
-    plot(results, RESULTS / "soak_cpu.png")
-    (RESULTS / "soak_cpu.md").write_text(table(results, killed))
-    print(table(results, killed))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps({"results": results, "kill_resume": killed}, indent=1) + "\n")
+    plot(results, RESULTS / f"{args.name}.png")
+    (RESULTS / f"{args.name}.md").write_text(table(results, killed, args.name))
+    print(table(results, killed, args.name))
 
 
 if __name__ == "__main__":
