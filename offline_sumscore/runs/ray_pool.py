@@ -63,9 +63,6 @@ class ChunkActor:
         self.scorer = build_scorer(config)
         self.scorer.load()  # now, not on the first chunk
 
-    def __call__(self, batch: dict) -> dict:  # as Ray Data calls it
-        return self.score_chunks(batch)
-
     def score_chunks(self, batch: dict) -> dict:
         """{"chunk": [k, ...], "samples": [JSON, ...]} -> {"chunk": [k, ...], "results": [JSON rows, ...]}."""
         chunks, results = [], []

@@ -117,7 +117,7 @@ def test_a_fork_copies_the_first_tokens_of_one_slot_into_others_and_a_write_stor
     s.fork(0, [1, 2, 4], 3)
     assert s.filled == [4, 3, 3, 1, 3]
     assert row_tokens(s, 4) == row_tokens(s, 0)[:3] == row_tokens(s, 2)
-    kv = s.row_kv(0, 4)
+    kv = s.row_views(0)
     s.write(3, kv, 4)
     assert row_tokens(s, 3) == row_tokens(s, 0) and s.filled[3] == 4
 

@@ -267,13 +267,6 @@ class KVSlots(Cache):
         pass writes the slot."""
         return [(k[slot : slot + 1], v[slot : slot + 1]) for k, v in zip(self.key_buffers, self.value_buffers)]
 
-    def row_kv(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Copies of the slot's first n tokens' keys and values, per layer ([1, kv heads, n, dim])."""
-        return [
-            (k[slot : slot + 1, :, :n].clone(), v[slot : slot + 1, :, :n].clone())
-            for k, v in zip(self.key_buffers, self.value_buffers)
-        ]
-
     # -- one forward pass ----------------------------------------------------------------------------------
     def begin(self, counts: list[int]) -> RaggedPass:
         """Room for a pass in which slot r feeds counts[r] tokens (0: none; one count per slot in [0, rows));

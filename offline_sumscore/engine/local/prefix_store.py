@@ -57,16 +57,12 @@ class BlockPool:
 
 class StoredKV:
     """A stored prefix found for a prompt: its first n tokens' keys and values, read from the pool's blocks. Indexed
-    by layer it gives (keys, values) [1, kv heads, n, dim] (copies); copy_into writes them into a KV slot without
-    the copy."""
+    by layer it gives (keys, values) [1, kv heads, n, dim]; copy_into writes them into a KV slot."""
 
     def __init__(self, pool: BlockPool, blocks: list[int], n: int):
         self.pool, self.n = pool, n
         self.blocks = blocks[: -(-n // STORE_BLOCK)]
         self._index = torch.tensor(self.blocks, device=pool.keys.device)
-
-    def __len__(self) -> int:
-        return self.pool.keys.shape[0]
 
     def _read(self, pool: torch.Tensor, layer: int) -> torch.Tensor:
         """[kv heads, blocks x STORE_BLOCK, dim] of this prefix's blocks in one layer."""
