@@ -14,6 +14,7 @@ and killed once with SIGKILL at a random moment (seeded) between a fifth and fou
 time, resumed with --resume, and compared with the first (uninterrupted) run: every row once, none lost, verdicts
 equal (`--kill embedded` kills the other design's run instead).
 Writes benchmarks/results/NAME.{md,json,png} (--name, default soak_cpu); runs go to results/runs/soak/ (git-ignored).
+`--table-from NAME.json` writes the table and plot of a saved run again.
 """
 
 from __future__ import annotations
@@ -104,12 +105,16 @@ def run(src: Path, out: Path, flags: list[str], *, every: float, kill_after: flo
 
 
 def profile(samples: list[dict], total: int) -> dict:
-    """Memory at each tenth of the rows, its growth over the second half, and seconds per row by quarter."""
+    """Memory at each tenth of the rows, its growth over the second half (last minus first, and a least-squares
+    slope per 100 rows), and seconds per row by quarter. Memory is read while rows are still being scored: once
+    OUTPUT holds every row the run is closing (the final rewrite in input order, the judge freed), and a reading
+    then says nothing of the run (one, 2 GB below the rest, made the second half look like it shrank)."""
     scored = [s for s in samples if s["rows"] > 0]
-    half = [s for s in scored if s["rows"] >= total / 2]
+    running = [s for s in scored if s["rows"] < total] or scored
+    half = [s for s in running if s["rows"] >= total / 2]
     tenths = []
     for k in range(1, 11):
-        at = next((s for s in scored if s["rows"] >= total * k / 10), scored[-1] if scored else None)
+        at = next((s for s in running if s["rows"] >= total * k / 10), running[-1] if running else None)
         tenths.append(at["rss_mib"] if at else None)
     quarters = []
     for q in range(4):
@@ -124,9 +129,20 @@ def profile(samples: list[dict], total: int) -> dict:
         "rss_mib_by_tenth": tenths,
         "rss_mib_peak": max((s["rss_mib"] for s in samples), default=None),
         "second_half_growth_mib": round(second[-1] - second[0], 1) if len(second) >= 2 else None,
+        "second_half_mib_per_100_rows": slope_per_100_rows(half),
         "second_half_spread_mib": round(max(second) - min(second), 1) if second else None,
         "seconds_per_row_by_quarter": [round(q, 4) if q else None for q in quarters],
     }
+
+
+def slope_per_100_rows(samples: list[dict]) -> float | None:
+    """Least-squares slope of resident memory against rows in OUTPUT, in MiB per 100 rows."""
+    if len({s["rows"] for s in samples}) < 2:
+        return None
+    xs, ys = [s["rows"] for s in samples], [s["rss_mib"] for s in samples]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return round(100 * slope, 2)
 
 
 def soak(name: str, rows: list[dict], flags: list[str], work: Path, every: float) -> dict:
@@ -205,8 +221,8 @@ def table(results: list[dict], killed: dict | None, name: str = "soak_cpu") -> s
     lines = ["# Soak: thousands of rows through `sumscore score` (embedded judge, CPU)", ""]
     lines += [
         "| design | rows | wall s | failed | peak RSS MiB | RSS at each tenth of the rows (MiB) | "
-        "second half: growth / spread MiB | s per row by quarter |",
-        "|---|---|---|---|---|---|---|---|",
+        "second half: growth / spread MiB | second half: MiB per 100 rows | s per row by quarter |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         tenths = " ".join(f"{x:.0f}" for x in r["rss_mib_by_tenth"] if x is not None)
@@ -214,7 +230,7 @@ def table(results: list[dict], killed: dict | None, name: str = "soak_cpu") -> s
         lines.append(
             f"| {r['design']} | {r['rows_written']} of {r['rows']} | {r['seconds']:.0f} | {r['failed']} | "
             f"{r['rss_mib_peak']:.0f} | {tenths} | {_mib(r['second_half_growth_mib'], '+')} / "
-            f"{_mib(r['second_half_spread_mib'])} | {pace} |"
+            f"{_mib(r['second_half_spread_mib'])} | {r.get('second_half_mib_per_100_rows', '-')} | {pace} |"
         )
     if killed:
         lines += [
@@ -240,7 +256,14 @@ def main() -> None:
     ap.add_argument(
         "--kill", choices=["generating", "embedded", "none"], default="generating", help="whose run to kill"
     )
+    ap.add_argument("--table-from", type=Path, default=None, help="a saved NAME.json: its table and plot again")
     args = ap.parse_args()
+    if args.table_from is not None:
+        saved = json.loads(args.table_from.read_text())
+        for r in saved["results"]:
+            r.update(profile(r["samples"], r["rows"]))
+        write(saved["results"], saved["kill_resume"], args.name)
+        return
     work = RESULTS / "runs" / "soak"
     work.mkdir(parents=True, exist_ok=True)
     results = []
@@ -254,10 +277,14 @@ def main() -> None:
         flags = GENERATING if args.kill == "generating" else []
         killed = kill_and_resume(args.kill, flags, work, reference, args.every, args.seed)
         killed["design"] = args.kill
-    (RESULTS / f"{args.name}.json").write_text(json.dumps({"results": results, "kill_resume": killed}, indent=1) + "\n")
-    plot(results, RESULTS / f"{args.name}.png")
-    (RESULTS / f"{args.name}.md").write_text(table(results, killed, args.name))
-    print(table(results, killed, args.name))
+    write(results, killed, args.name)
+
+
+def write(results: list[dict], killed: dict | None, name: str) -> None:
+    (RESULTS / f"{name}.json").write_text(json.dumps({"results": results, "kill_resume": killed}, indent=1) + "\n")
+    plot(results, RESULTS / f"{name}.png")
+    (RESULTS / f"{name}.md").write_text(table(results, killed, name))
+    print(table(results, killed, name))
 
 
 if __name__ == "__main__":
