@@ -99,7 +99,17 @@ def passes(judge, make_engine, inputs, caps) -> dict:
         if t.kind == "masks":
             return
         phase = "prompt step" if t.kind == "step" and t.width > 16 else t.kind
-        log.append({"phase": phase, "rows": t.rows, "width": t.width, "real": t.tokens, "s": t.seconds})
+        log.append(
+            {
+                "phase": phase,
+                "rows": t.rows,
+                "width": t.width,
+                "real": t.tokens,
+                "s": t.seconds,
+                "cells": t.cells,
+                "needed_cells": t.needed_cells,
+            }
+        )
 
     engine = make_engine(on_timing=record)
     started = time.perf_counter()
@@ -115,6 +125,8 @@ def passes(judge, make_engine, inputs, caps) -> dict:
                 "slots": sum(p["rows"] * p["width"] for p in mine),
                 "real_tokens": sum(p["real"] for p in mine),
                 "mean_rows": sum(p["rows"] for p in mine) / len(mine),
+                "cells": sum(p["cells"] for p in mine),
+                "needed_cells": sum(p["needed_cells"] for p in mine),
             }
     return {"wall_s": wall, "outside_passes_s": wall - sum(p["s"] for p in log), "phases": by_phase, "log": log}
 
@@ -142,6 +154,38 @@ def bound(judge, log: list[dict], naive_engine, inputs, caps) -> dict:
     SummarizationScorer(engine=naive_engine, **caps).score_many(inputs, on_error="return")
     naive = time.perf_counter() - started
     return {"bare_decoder_s": bare, "naive_loop_s": naive, "most_x_naive": naive / bare}
+
+
+def pass_table(engines_report: dict) -> list[str]:
+    """The pass-by-pass section: each engine's forward passes by phase, with their tokens and attention cells."""
+    lines = [
+        "",
+        "## Pass by pass",
+        "",
+        "Another run of each engine, without the profiler, timing every forward pass. A prompt step carries some "
+        "row's prompt (a feed of more than 16 tokens) beside the decoding rows. Tokens: what the ragged pass "
+        "computes; grid slots: rows x widest feed, what a padded [rows, width] pass would have computed (the share "
+        "of those that would have been padding is in the next column). Attention cells: query x key pairs (per kv "
+        "head and layer) the attention calls computed, padding included, and the share of those its tokens did not "
+        "need (each query needs its row's columns up to its own).",
+        "",
+        "| engine | wall s | phase | passes | s | s per pass | tokens | grid slots | grid padding | mean rows "
+        "| attention cells | attention padding |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in engines_report.items():
+        timed = r["passes"]
+        for phase, f in timed["phases"].items():
+            lines.append(
+                f"| {name} | {timed['wall_s']:.1f} | {phase} | {f['passes']} | {f['s']:.1f} | "
+                f"{f['s'] / f['passes']:.3f} | {f['real_tokens']} | {f['slots']} | "
+                f"{1 - f['real_tokens'] / max(f['slots'], 1):.0%} | {f['mean_rows']:.1f} | {f['cells']} | "
+                f"{1 - f['needed_cells'] / max(f['cells'], 1):.0%} |"
+            )
+        lines.append(
+            f"| {name} | {timed['wall_s']:.1f} | outside the passes | | {timed['outside_passes_s']:.1f} | | | | | | | |"
+        )
+    return lines
 
 
 def main() -> None:
@@ -199,29 +243,7 @@ def main() -> None:
         )
     for key in ("prefill_tokens", "stored_tokens", "decoded_tokens", "forced_tokens", "forward_passes"):
         lines.append(f"| {key} | " + " | ".join(str(r["stats"][key]) for r in engines_report.values()) + " |")
-    lines += [
-        "",
-        "## Pass by pass",
-        "",
-        "Another run of each engine, without the profiler, timing every forward pass. A prompt step carries some "
-        "row's prompt (a feed of more than 16 tokens) beside the decoding rows. Tokens: what the ragged pass "
-        "computes; grid slots: rows x widest feed, what a padded [rows, width] pass would have computed (the share "
-        "of those that would have been padding is in the next column).",
-        "",
-        "| engine | wall s | phase | passes | s | s per pass | tokens | grid slots | grid padding | mean rows |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, r in engines_report.items():
-        timed = r["passes"]
-        for phase, f in timed["phases"].items():
-            lines.append(
-                f"| {name} | {timed['wall_s']:.1f} | {phase} | {f['passes']} | {f['s']:.1f} | "
-                f"{f['s'] / f['passes']:.3f} | {f['real_tokens']} | {f['slots']} | "
-                f"{1 - f['real_tokens'] / max(f['slots'], 1):.0%} | {f['mean_rows']:.1f} |"
-            )
-        lines.append(
-            f"| {name} | {timed['wall_s']:.1f} | outside the passes | | {timed['outside_passes_s']:.1f} | | | | | |"
-        )
+    lines += pass_table(engines_report)
     lines += [
         "",
         "## The bound",

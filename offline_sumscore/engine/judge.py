@@ -276,6 +276,8 @@ class Judge:
     )  # set by the engine: compiled grammars shared by every scorer on this judge
     embedded: bool = False  # the embedded 135M judge (the scorers choose their stage designs by it)
     loaded_attention: str | None = None  # what the model was loaded with, before an engine set its own attention
+    # KV slots no run holds, kept for the next (on a CPU: engine/local/forward.py Passes.take_slots)
+    spare_slots: list = field(default_factory=list, repr=False)
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 
     def render(self, messages) -> str:

@@ -137,15 +137,18 @@ def reference_attention(q, keys, values, filled, counts, group):
 
 
 @pytest.mark.parametrize(
-    "counts", [[1, 1, 1], [4, 1, 0, 3, 3], [2, 0, 1, 5, 1, 2, 1, 3, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2]]
+    "counts",
+    [[1, 1, 1], [4, 1, 0, 3, 3], [2, 0, 1, 5, 1, 2, 1, 3, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2], [40, 3, 1, 2, 30, 2]],
 )
 @pytest.mark.parametrize("merge_runs", [False, True])
-def test_ragged_attention_equals_each_rows_own_causal_attention(counts, merge_runs, monkeypatch):
-    """merge_runs: the many runs of a pass attended as one padded call, as on a GPU."""
+@pytest.mark.parametrize("fresh", [False, True])
+def test_ragged_attention_equals_each_rows_own_causal_attention(counts, merge_runs, fresh, monkeypatch):
+    """merge_runs: the many runs of a pass attended as one padded call, as on a GPU; fresh: every other row has
+    nothing before its feed (a prompt's first pass: alone in its call, SDPA's own causal mask)."""
     monkeypatch.setattr(attention, "MERGE_RUNS_ON", ("cuda", "cpu") if merge_runs else ("cuda",))
     torch.manual_seed(0)
     rows, group = len(counts), 2
-    filled = np.array([(3 * r) % 7 + 1 for r in range(rows)])
+    filled = np.array([0 if fresh and r % 2 == 0 else (3 * r) % 7 + 1 for r in range(rows)])
     stop = int((filled + np.array(counts)).max())
     keys, values = torch.randn(rows, 2, stop, 3), torch.randn(rows, 2, stop, 3)
     layout = RaggedPass(filled, np.array(counts), torch.device("cpu"))
@@ -155,7 +158,21 @@ def test_ragged_attention_equals_each_rows_own_causal_attention(counts, merge_ru
     assert torch.allclose(got, reference_attention(q, keys, values, filled, counts, group), atol=1e-5)
     single, runs = layout.masks(group)
     for mask in ([single] if single is not None else []) + runs:  # no query row may attend to nothing
-        assert mask.any(-1).all()
+        assert mask is None or (mask == 0).any(-1).all()
+    computed, needed = layout.cells
+    assert computed >= needed == sum(n * f + n * (n + 1) // 2 for f, n in zip(filled, counts))
+
+
+def test_on_a_cpu_a_prompt_and_a_short_draft_beside_it_are_two_calls_and_similar_drafts_one():
+    # Slots 0-1: a 200-token prompt (nothing stored) beside a 3-token draft: padding the draft to the prompt's width
+    # costs far more than a call. Slots 3-5: drafts of 2, 3 and 2 tokens at similar lengths: one call.
+    filled, counts = np.array([0, 180, 40, 50, 52, 49]), np.array([200, 3, 1, 2, 3, 2])
+    layout = RaggedPass(filled, counts, torch.device("cpu"))
+    assert [(r.first, r.end, r.fresh) for r in layout.runs] == [(0, 1, True), (1, 2, False), (3, 6, False)]
+    single, runs = layout.masks(2)
+    assert runs[0] is None and runs[1].dtype == torch.float32  # the fresh prompt: no mask built at all
+    computed, needed = layout.cells
+    assert computed - needed < 300  # the only padding: the drafts' few cells and the single call's columns
 
 
 @pytest.mark.parametrize("queries", [1, 3])

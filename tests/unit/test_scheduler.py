@@ -95,7 +95,7 @@ def test_the_store_keeps_its_prefixes_in_one_pool_of_blocks_that_eviction_hands_
     a, b, c = list(range(0, 40)), list(range(100, 130)), list(range(200, 250))
     store.add(a, kv(a))
     pool = store.pool
-    assert pool is not None and pool.keys.shape[1] == 64 // STORE_BLOCK + 1
+    assert pool is not None and pool.keys.shape[2] == 64 // STORE_BLOCK + 1  # [layers, kv heads, blocks, ...]
     store.add(b, kv(b))  # 40 + 30 tokens > 64: a goes
     assert store.evictions == 1 and store.lookup(a) == (None, 0)
     found, n = store.lookup(b + [9])

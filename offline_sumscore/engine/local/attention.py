@@ -10,11 +10,15 @@ columns.
 
 A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. Attention runs as one call over the
 slots that feed one token (a decoding step feeds one token a row, so that is usually the whole pass) plus one call
-per run of adjacent slots that feed more (a prefill, a row with a draft), each over that run's own slots and
-width, so no row's attention is padded to another's length. Each call reads the keys of its own slots only, up to
-the last column any of them attends (its `stop`), not the whole batch's widest row: a prompt fed beside long
-decoding rows attends its own few hundred columns. On a GPU, past MAX_RUNS runs, one call over their span,
-padded: there a call costs a kernel launch, padding little.
+per run of adjacent slots that feed more (a prefill, a row with a draft). Each call reads the keys of its own slots
+only, up to the last column any of them attends (its `stop`), not the whole batch's widest row: a prompt fed
+beside long decoding rows attends its own few hundred columns. On a CPU, where padding costs compute, a run is
+split where padding its slots to one width and stop would cost more cells (queries x keys) than a call does
+(CALL_CELLS): a prompt beside a row's three-token draft is two calls, not a draft padded to the prompt's width. A
+call of one slot with nothing before its feed (a fresh prompt) is causal as SDPA computes it, with no mask built:
+its kernel skips the keys after each query. Masks are additive (0 / -inf) in the queries' dtype, made once a
+pass: SDPA would turn a boolean mask into that in every layer. On a GPU, past MAX_RUNS runs, one call over their
+span, padded: there a call costs a kernel launch, padding little.
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from offline_sumscore.engine.local.transfer import indices
 
 MAX_RUNS = 8  # on a GPU, more runs of multi-token rows are attended in one padded call (a launch a call)
 MERGE_RUNS_ON = ("cuda",)  # devices where many runs become one padded call (on a CPU, padding costs compute)
+CALL_CELLS = 4096  # on a CPU, a call's fixed cost in attention cells (query x key): runs split where padding costs more
 
 
 @dataclass
 class Run:
     """Adjacent slots [first, end) that each feed more than one token in a pass, attended in one call: its tokens'
     places in the flat sequence, each token's slot within the run and its place in its row, the run's widest feed,
-    and the columns its slots attend ([0, stop))."""
+    the columns its slots attend ([0, stop)), and whether it is one slot with nothing before its feed (causal as
+    SDPA computes it: no mask needed)."""
 
     first: int
     end: int
@@ -43,6 +49,7 @@ class Run:
     tokens: torch.Tensor
     slot: torch.Tensor
     step: torch.Tensor
+    fresh: bool = False
 
 
 class RaggedPass:
@@ -59,6 +66,7 @@ class RaggedPass:
         self.row_index = indices(self.row_of, device)
         self.column_index = indices(filled[self.row_of] + self.step_of, device)
         singles = np.flatnonzero(counts == 1)
+        self.decoding = len(singles) == len(counts) > 0  # every slot feeds one token: no gathers at all
         self.single = None  # the single call: slots [a, b) spanning every slot that feeds one token, and its stop
         if len(singles):
             a, b = int(singles[0]), int(singles[-1]) + 1
@@ -70,11 +78,13 @@ class RaggedPass:
 
     def _spans(self) -> list[tuple[int, int]]:
         """Runs of adjacent slots that feed more than one token; past MAX_RUNS, one span over them all where a
-        call costs more than padding (MERGE_RUNS_ON)."""
+        call costs more than padding (MERGE_RUNS_ON); elsewhere each run split where padding costs more than a call
+        (split_by_cells)."""
         spans = runs(np.flatnonzero(self.counts > 1).tolist())
-        if len(spans) > MAX_RUNS and self.device.type in MERGE_RUNS_ON:
-            spans = [(spans[0][0], spans[-1][1])]
-        return spans
+        if self.device.type in MERGE_RUNS_ON:
+            return [(spans[0][0], spans[-1][1])] if len(spans) > MAX_RUNS else spans
+        stops = self.filled + self.counts
+        return [part for a, b in spans for part in split_by_cells(self.counts[a:b], stops[a:b], a)]
 
     def _run(self, a: int, b: int) -> Run:
         mine = np.flatnonzero((self.row_of >= a) & (self.row_of < b) & (self.counts[self.row_of] > 1))
@@ -86,7 +96,22 @@ class RaggedPass:
             tokens=indices(mine, self.device),
             slot=indices(self.row_of[mine] - a, self.device),
             step=indices(self.step_of[mine], self.device),
+            fresh=b - a == 1 and int(self.filled[a]) == 0,
         )
+
+    @property
+    def cells(self) -> tuple[int, int]:
+        """Attention cells (query x key, per kv head) the pass's calls compute, and the cells its tokens need (each
+        query its row's columns up to its own): the padding is the difference."""
+        needed = int((self.counts * self.filled + self.counts * (self.counts + 1) // 2).sum())
+        computed = 0
+        if self.single is not None:
+            a, b, stop = self.single_span
+            computed += (b - a) * stop
+        for run in self.runs:
+            n = int(self.counts[run.first])
+            computed += n * (n + 1) // 2 if run.fresh else (run.end - run.first) * run.width * run.stop
+        return computed, needed
 
     def _allowed(self, rows: slice, width: int, window: int | None, stop: int) -> torch.Tensor:
         """A query attends its row's columns up to its own (causal; the row's earlier tokens all come before), and
@@ -103,20 +128,47 @@ class RaggedPass:
             allowed &= keys > at - window
         return allowed[:, None]
 
-    def masks(self, group: int, window: int | None = None) -> tuple:
-        """The boolean masks of the single call and of each run, each query row repeated once per query head of
-        a kv group (the stacking of _gqa), made once per pass for each window its layers use."""
-        if (group, window) not in self._masks:
+    def masks(self, group: int, window: int | None = None, dtype=torch.float32, softcap: bool = False) -> tuple:
+        """The additive masks (0 where a query attends, -inf elsewhere, in the queries' dtype) of the single call
+        and of each run, each query row repeated once per query head of a kv group (the stacking of _gqa), made
+        once per pass for each window its layers use. A fresh run's is None where SDPA's own causal mask does
+        (no window, no softcap: those are computed by hand, or bound columns)."""
+        key = (group, window, dtype, softcap)
+        if key not in self._masks:
             single = None
             if self.single is not None:
                 a, b, stop = self.single_span
-                single = self._allowed(slice(a, b), 1, window, stop)
-            run_masks = [self._allowed(slice(run.first, run.end), run.width, window, run.stop) for run in self.runs]
-            if group > 1:
-                single = single.repeat(1, 1, group, 1) if single is not None else None
-                run_masks = [m.repeat(1, 1, group, 1) for m in run_masks]
-            self._masks[(group, window)] = (single, run_masks)
-        return self._masks[(group, window)]
+                single = additive(self._allowed(slice(a, b), 1, window, stop), group, dtype)
+            run_masks = [
+                None
+                if run.fresh and window is None and not softcap
+                else additive(self._allowed(slice(run.first, run.end), run.width, window, run.stop), group, dtype)
+                for run in self.runs
+            ]
+            self._masks[key] = (single, run_masks)
+        return self._masks[key]
+
+
+def additive(allowed: torch.Tensor, group: int, dtype) -> torch.Tensor:
+    """A boolean mask as SDPA adds it (0 / -inf), each query row repeated once per query head of a kv group."""
+    if group > 1:
+        allowed = allowed.repeat(1, 1, group, 1)
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
+
+
+def split_by_cells(counts: np.ndarray, stops: np.ndarray, first: int) -> list[tuple[int, int]]:
+    """A run of adjacent slots (their feeds and stops) cut into calls: the next slot joins the call before it
+    while padding the call to one width and stop costs no more cells than a call of its own (CALL_CELLS)."""
+    calls: list[list[int]] = []  # [first, end, width, stop]
+    for k, (n, stop) in enumerate(zip(counts.tolist(), stops.tolist())):
+        if calls:
+            a, b, width, top = calls[-1]
+            joined = (b - a + 1) * max(width, n) * max(top, stop)
+            if joined <= (b - a) * width * top + n * stop + CALL_CELLS:
+                calls[-1] = [a, b + 1, max(width, n), max(top, stop)]
+                continue
+        calls.append([first + k, first + k + 1, n, stop])
+    return [(a, b) for a, b, _, _ in calls]
 
 
 def runs(slots: list[int]) -> list[tuple[int, int]]:
@@ -137,8 +189,12 @@ def ragged_attention(
     slot's columns [slots, kv heads, columns, dim]. Returns [1, tokens, heads, dim]."""
     heads, kv_heads = query.shape[1], key.shape[1]
     group = heads // kv_heads
-    single_mask, run_masks = layout.masks(group, window)
+    single_mask, run_masks = layout.masks(group, window, query.dtype, softcap is not None)
     flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
+    if layout.decoding:  # token r is slot r's: the single call's queries in order, nothing to gather or scatter
+        a, b, stop = layout.single_span
+        o = _gqa(flat[:, :, None], key[a:b, :, :stop], value[a:b, :, :stop], single_mask, scaling, group, softcap)
+        return o[:, :, 0][None]
     out = torch.empty_like(flat)
     if layout.single is not None:
         a, b, stop = layout.single_span
@@ -147,6 +203,14 @@ def ragged_attention(
         rows, tokens = layout.single
         out.index_copy_(0, tokens, o.index_select(0, rows))
     for run, mask in zip(layout.runs, run_masks):
+        if mask is None:  # a fresh prompt alone: SDPA's causal mask, the keys of its own width
+            q = flat.index_select(0, run.tokens).transpose(0, 1)[None]  # [1, heads, width, dim]
+            keys, values = key[run.first : run.end, :, : run.width], value[run.first : run.end, :, : run.width]
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q, keys, values, is_causal=True, scale=scaling, enable_gqa=group > 1
+            )
+            out.index_copy_(0, run.tokens, o[0].transpose(0, 1))
+            continue
         grid = flat.new_zeros((run.end - run.first, run.width, heads, flat.shape[-1]))
         grid[run.slot, run.step] = flat.index_select(0, run.tokens)
         keys, values = key[run.first : run.end, :, : run.stop], value[run.first : run.end, :, : run.stop]
@@ -168,7 +232,7 @@ def _gqa(query, key, value, mask, scaling, group: int, softcap: float | None = N
         scores = torch.matmul(query, key.transpose(-1, -2)) * (scaling if scaling is not None else dim**-0.5)
         scores = torch.tanh(scores / softcap) * softcap
         if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
         out = torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype), value)
     return out.reshape(rows, heads, queries, dim)
 

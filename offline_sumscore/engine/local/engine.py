@@ -77,7 +77,13 @@ class TransformersEngine(Engine):
         self.store = PrefixStore((settings.store_tokens or self.token_budget // 4) if features.prefix_store else 0)
         self.memory = MemoryGuard(self.device, self.stats)
         self.heap = HeapTrimmer(self.stats) if self.device.type == "cpu" else None
-        self.passes = Passes(judge.model, max_rows=self.max_rows, stats=self.stats, on_timing=settings.on_timing)
+        self.passes = Passes(
+            judge.model,
+            max_rows=self.max_rows,
+            stats=self.stats,
+            on_timing=settings.on_timing,
+            spares=judge.spare_slots,
+        )
         self.sampler = Sampler(
             judge,
             self.grammars,
@@ -146,9 +152,10 @@ class TransformersEngine(Engine):
             scheduler = Scheduler(
                 max_rows=self.max_rows, token_budget=self.token_budget, shared_prefix=self.features.shared_prefix
             )
-            batch = Batch(self.passes.slots())
+            batch = Batch(self.passes.take_slots())
             open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
             twins = Twins()
+            poisoned = self.stats.nan_rows
             try:
                 while True:
                     ready = feed.take()
@@ -167,6 +174,7 @@ class TransformersEngine(Engine):
                     if self.heap is not None:
                         self.heap.after_step()
             finally:
+                self.passes.give_slots(batch.cache, clean=self.stats.nan_rows == poisoned)
                 self.stats.seconds += time.perf_counter() - started
 
     def _take(self, fresh: list[tuple[int, StageRequest]], open_rows: dict[int, Row], scheduler: Scheduler) -> None:

@@ -46,10 +46,12 @@ class EngineStats:
 @dataclass(frozen=True)
 class Timing:
     """One timed piece of work, handed to the engine's on_timing hook (the profiler's): a forward pass ("step" or
-    "likelihood": its rows, widest feed and tokens) or the grammar masks of a step ("masks")."""
+    "likelihood": its rows, widest feed, tokens and attention cells) or the grammar masks of a step ("masks")."""
 
     kind: str
     seconds: float
     rows: int = 0
     width: int = 0
     tokens: int = 0
+    cells: int = 0  # attention cells (query x key) the pass's calls computed, padding included
+    needed_cells: int = 0  # the cells its tokens needed

@@ -15,8 +15,17 @@ from offline_sumscore.engine.local.transfer import to_device
 
 
 class Passes:
-    def __init__(self, model, *, max_rows: int, stats: EngineStats, on_timing: Callable[[Timing], None] | None):
+    def __init__(
+        self,
+        model,
+        *,
+        max_rows: int,
+        stats: EngineStats,
+        on_timing: Callable[[Timing], None] | None,
+        spares: list[KVSlots] | None = None,
+    ):
         self.model, self.max_rows, self.stats, self.on_timing = model, max_rows, stats, on_timing
+        self.spares = spares if spares is not None else []  # the judge's idle KV slots (take_slots)
         self.device = model.device
         # transformers 5.24 renamed the decoder's past_key_values argument to cache (the old name is deprecated).
         params = inspect.signature(model.get_decoder().forward).parameters
@@ -33,6 +42,30 @@ class Passes:
             columns=columns,
             row_limit=self.max_rows,
         )
+
+    def take_slots(self) -> KVSlots:
+        """Empty KV slots for a run. On a CPU, the judge's idle ones if it has some, as vLLM allocates its KV cache
+        once at start-up: fresh buffers cost their first touch (page faults, 0.4 to 1 GB/s on the 2-core machine:
+        zeroing a run's slots took 9% of the ladder's standard workload), and a reused set is zeroed already and
+        wide enough. On a GPU fresh ones, from PyTorch's caching allocator, so that memory serves the device
+        between runs."""
+        if self.device.type == "cpu":
+            try:
+                slots = self.spares.pop()
+            except IndexError:
+                pass
+            else:
+                slots.empty(row_limit=self.max_rows)
+                return slots
+        return self.slots()
+
+    def give_slots(self, slots: KVSlots, *, clean: bool = True) -> None:
+        """A run's slots back to the judge, for the next run (on a CPU; take_slots). Not after a pass that came
+        out NaN (clean=False): its keys may be NaN in columns the next run's rows attend without owning (a masked
+        key weighs 0, but 0 x NaN is NaN)."""
+        if self.device.type == "cpu" and slots is not None and clean:
+            slots.empty(row_limit=self.max_rows)
+            self.spares.append(slots)
 
     def run(self, slots: KVSlots, feeds: list[list[int]], starts: list[int], *, kind: str, commit: bool = True):
         """One forward pass of the decoder: slot r feeds the tokens feeds[r] (none: []), at positions from
@@ -60,7 +93,8 @@ class Passes:
             slots.commit()
         if self.on_timing is not None:
             rows, widest = sum(1 for f in feeds if f), max(map(len, feeds), default=0)
-            self.on_timing(Timing(kind, time.perf_counter() - started, rows, widest, layout.tokens))
+            seconds = time.perf_counter() - started
+            self.on_timing(Timing(kind, seconds, rows, widest, layout.tokens, *layout.cells))
         return hidden, layout.offsets
 
     def logits(self, hidden, at: list[int], vocab: int):

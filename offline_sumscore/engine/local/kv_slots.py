@@ -239,6 +239,12 @@ class KVSlots(Cache):
             self.filled.pop()
             self.used.pop()
 
+    def empty(self, row_limit: int | None = None) -> None:
+        """No rows, no open pass: ready for another run (its buffers kept, zeroed where they were attended)."""
+        self.abort()
+        self.release(list(range(self.rows)))
+        self.row_limit = row_limit if row_limit is not None else self.row_limit
+
     def write(self, slot: int, kv, n: int) -> None:
         """Stored keys and values of n tokens as the slot's first n: a prefix store's StoredKV (copied from its
         blocks straight into the slot), or per layer ([1, kv heads, >= n, dim], same)."""

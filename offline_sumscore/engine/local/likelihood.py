@@ -39,27 +39,32 @@ class LikelihoodPath:
         self._kept: KVSlots | None = None
 
     def _slots(self, rows: int) -> KVSlots:
-        """KV slots for one group's pass. On a CPU one set serves every group, emptied between them: a fresh set per
-        group (tens of MB a layer, each group's of another size) left the heap more fragmented with every group, and
-        the resident memory of a long run crept up while the memory in use stayed flat. On a GPU a fresh set per
-        group, which PyTorch's caching allocator recycles, so that the decoding batch can use that memory between
-        groups."""
+        """KV slots for one group's pass. On a CPU one set serves every group, emptied between them, taken from the
+        judge's idle ones for each score() (Passes.take_slots): a fresh set per group (tens of MB a layer, each
+        group's of another size) left the heap more fragmented with every group, and the resident memory of a long
+        run crept up while the memory in use stayed flat. On a GPU a fresh set per group, which PyTorch's caching
+        allocator recycles, so that the decoding batch can use that memory between groups."""
         if self.passes.device.type != "cpu":
             return self.passes.slots(rows)
         if self._kept is None:
-            self._kept = self.passes.slots(rows)
-        self._kept.abort()  # a pass that raised left it open
-        self._kept.release(list(range(self._kept.rows)))
+            self._kept = self.passes.take_slots()
+        self._kept.empty()  # a pass that raised left it open
         return self._kept
 
     def score(self, rows: list[Row]) -> None:
         """Every likelihood row, group by group (rows that share a prompt prefix, whichever sample they belong to),
         in batches within the row cap and the token budget."""
-        for group in split_by_prefix(rows) if self.features.shared_prefix else [[r] for r in rows]:
-            prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
-            size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
-            for at in range(0, len(group), size):
-                self.batch(group[at : at + size], prefix)
+        poisoned = self.stats.nan_rows
+        try:
+            for group in split_by_prefix(rows) if self.features.shared_prefix else [[r] for r in rows]:
+                prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
+                size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
+                for at in range(0, len(group), size):
+                    self.batch(group[at : at + size], prefix)
+        finally:
+            if self._kept is not None:  # back to the judge for the next call (Passes.take_slots)
+                self.passes.give_slots(self._kept, clean=self.stats.nan_rows == poisoned)
+                self._kept = None
 
     def batch(self, rows: list[Row], prefix: list[int]) -> None:
         """One pass; out of memory: two halves, down to a row that cannot run alone, which fails loudly."""

@@ -30,13 +30,14 @@ class _Entry:
 
 
 class BlockPool:
-    """Keys and values in fixed blocks: per layer [blocks, kv heads, STORE_BLOCK, head dim], allocated once and
+    """Keys and values in fixed blocks: per layer [kv heads, blocks, STORE_BLOCK, head dim], allocated once and
     uninitialised (on a CPU a block costs memory when first written, so a store that never fills never pays for
-    its whole budget)."""
+    its whole budget). Blocks lie inside each head, so a prefix's blocks gathered in order are already its
+    [kv heads, tokens, dim] (one copy to read them, none to reshape)."""
 
     def __init__(self, blocks: int, kv: list):
         k0 = kv[0][0]
-        shape = (len(kv), blocks, k0.shape[1], STORE_BLOCK, k0.shape[3])
+        shape = (len(kv), k0.shape[1], blocks, STORE_BLOCK, k0.shape[3])
         self.keys = torch.empty(shape, dtype=k0.dtype, device=k0.device)
         self.values = torch.empty(shape, dtype=k0.dtype, device=k0.device)
         self.free = list(range(blocks - 1, -1, -1))  # popped from the end: the lowest block first
@@ -49,10 +50,9 @@ class BlockPool:
             for pool, src in zip((self.keys, self.values), pair):
                 src = src[0, :, :n]  # [heads, n, dim]
                 if full:
-                    blocked = src[:, : full * STORE_BLOCK].unflatten(1, (full, STORE_BLOCK)).transpose(0, 1)
-                    pool[layer].index_copy_(0, whole, blocked)
+                    pool[layer].index_copy_(1, whole, src[:, : full * STORE_BLOCK].unflatten(1, (full, STORE_BLOCK)))
                 if n > full * STORE_BLOCK:
-                    pool[layer, blocks[full], :, : n - full * STORE_BLOCK] = src[:, full * STORE_BLOCK :]
+                    pool[layer, :, blocks[full], : n - full * STORE_BLOCK] = src[:, full * STORE_BLOCK :]
 
 
 class StoredKV:
@@ -66,7 +66,7 @@ class StoredKV:
 
     def _read(self, pool: torch.Tensor, layer: int) -> torch.Tensor:
         """[kv heads, blocks x STORE_BLOCK, dim] of this prefix's blocks in one layer."""
-        return pool[layer].index_select(0, self._index).transpose(0, 1).flatten(1, 2)
+        return pool[layer].index_select(1, self._index).flatten(1, 2)
 
     def __getitem__(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         return tuple(self._read(pool, layer)[None, :, : self.n] for pool in (self.pool.keys, self.pool.values))

@@ -48,7 +48,7 @@ class Sampler:
         self.device = judge.model.device
         self.max_rows = max_rows
         self._executor = llguidance.LLExecutor()  # fills the rows' grammar masks in parallel threads
-        self._choice_masks: dict[tuple[str, str], tuple] = {}
+        self._choice_masks: dict[tuple[str, str], ChoiceTokens] = {}
         self._allocate_bitmask(max_rows)
 
     # -- a row's grammar --------------------------------------------------------------------------------------
@@ -122,43 +122,72 @@ class Sampler:
         poisoned = torch.isnan(logits).any(dim=1)
         started = time.perf_counter()
         mask_rows = to_device(torch.tensor([r.mask_row for r in reads], dtype=torch.long), self.device)
-        allowed = unpack(to_device(bitmask, self.device).index_select(0, mask_rows), self.vocab_size)
+        packed = to_device(bitmask, self.device).index_select(0, mask_rows)
+        allowed = unpack(packed, self.vocab_size)
         self._timed(started)
         logits = logits.masked_fill(~allowed, float("-inf"))
         picks = logits.argmax(dim=-1)
-        p_yes = self._p_yes(rows, reads, logits, allowed, picks)
+        p_yes = self._p_yes(rows, reads, logits, packed, picks)
         back = torch.stack([picks.to(torch.float32), poisoned.to(torch.float32), p_yes], 1).tolist()
         return [Pick(-1 if bad else int(p), None if q != q else q) for p, bad, q in back]
 
-    def _p_yes(self, rows, reads: list[ReadPoint], logits, allowed, picks):
+    def _p_yes(self, rows, reads: list[ReadPoint], logits, packed, picks):
+        """P(yes) = P(yes tokens) / P(yes or no tokens) under the mask, as sigmoid(logsumexp over the allowed yes
+        tokens - logsumexp over the allowed no ones): the choice's columns only, never a softmax over the
+        vocabulary. Closed: some yes and some no token allowed, and nothing else but neutral ones (a check on the
+        packed bitmask's words). NaN where the choice is not closed or the pick decides nothing."""
         by_choice: dict[tuple[str, str], list[int]] = {}
         for k, read in enumerate(reads):
             if rows[read.slot].request.verdict_choice is not None:
                 by_choice.setdefault(rows[read.slot].request.verdict_choice, []).append(k)
         p_yes = torch.full((len(reads),), float("nan"), device=self.device)
         for choice, ks in by_choice.items():
-            yes, no, neutral = self._choice_mask(choice)
+            choice_tokens = self._choice_tokens(choice)
             k_t = to_device(torch.tensor(ks, dtype=torch.long), self.device)
-            ok, pick = allowed.index_select(0, k_t), picks.index_select(0, k_t)
-            decisive = yes[pick] | no[pick]
-            closed = ~(ok & ~(yes | no | neutral)).any(1) & (ok & yes).any(1) & (ok & no).any(1)
-            probs = torch.softmax(logits.index_select(0, k_t), dim=-1)
-            y, n = (probs * yes).sum(1), (probs * no).sum(1)
-            value = torch.where(decisive & closed, y / (y + n), torch.full_like(y, float("nan")))
+            mine = logits.index_select(0, k_t)
+            yes = mine.index_select(1, choice_tokens.yes).logsumexp(1)
+            no = mine.index_select(1, choice_tokens.no).logsumexp(1)
+            other = (packed.index_select(0, k_t) & choice_tokens.other_words).ne(0).any(1)
+            closed = ~other & torch.isfinite(yes) & torch.isfinite(no)
+            decisive = choice_tokens.decisive[picks.index_select(0, k_t)]
+            value = torch.where(decisive & closed, torch.sigmoid(yes - no), torch.full_like(yes, float("nan")))
             p_yes = p_yes.index_copy(0, k_t, value)
         return p_yes
 
-    def _choice_mask(self, choice: tuple[str, str]):
-        """Tokens whose text (quotes and spaces stripped) starts with the yes / the no character, and the
-        whitespace-only tokens a grammar may allow before either."""
+    def _choice_tokens(self, choice: tuple[str, str]) -> ChoiceTokens:
         if choice not in self._choice_masks:
-            texts = self.grammars.token_texts
-            stripped = [t.lstrip(' "') for t in texts]
-            yes = torch.tensor([t.startswith(choice[0]) for t in stripped], device=self.device)
-            no = torch.tensor([t.startswith(choice[1]) for t in stripped], device=self.device)
-            neutral = torch.tensor([t.strip() == "" and t != "" for t in texts], device=self.device)
-            self._choice_masks[choice] = (yes, no, neutral)
+            self._choice_masks[choice] = ChoiceTokens.of(choice, self.grammars.token_texts, self.device)
         return self._choice_masks[choice]
+
+
+@dataclass(frozen=True)
+class ChoiceTokens:
+    """A closed choice's tokens: those whose text (quotes and spaces stripped) starts with the yes character, with
+    the no character, whether each token decides it, and the packed words of every token that is neither nor
+    whitespace-only (a grammar allowing one of those is not a closed choice)."""
+
+    yes: torch.Tensor  # token ids
+    no: torch.Tensor
+    decisive: torch.Tensor  # [vocab] bool
+    other_words: torch.Tensor  # [words] int32, bit t set for such a token t
+
+    @classmethod
+    def of(cls, choice: tuple[str, str], texts: list[str], device) -> ChoiceTokens:
+        stripped = [t.lstrip(' "') for t in texts]
+        yes = np.array([t.startswith(choice[0]) for t in stripped])
+        no = np.array([t.startswith(choice[1]) for t in stripped])
+        neutral = np.array([t.strip() == "" and t != "" for t in texts])
+        other = ~(yes | no | neutral)
+        words = -(-len(texts) // 32)
+        padded = np.zeros(words * 32, dtype=bool)
+        padded[: len(texts)] = other
+        packed = np.packbits(padded.reshape(words, 32), axis=1, bitorder="little").view(np.int32)[:, 0]
+        return cls(
+            yes=torch.from_numpy(np.flatnonzero(yes)).to(device),
+            no=torch.from_numpy(np.flatnonzero(no)).to(device),
+            decisive=torch.from_numpy(yes | no).to(device),
+            other_words=torch.from_numpy(packed.copy()).to(device),
+        )
 
 
 def unpack(bitmask, vocab_size: int):
