@@ -1,0 +1,132 @@
+"""Two versions of the engine on the ladder's standard workload, in turns: walls and every verdict.
+
+    git worktree add /tmp/before <commit> && ln -s $PWD/models/converted /tmp/before/models/converted
+    python research/engine_ab.py --data DATA/summeval_dev.jsonl --before /tmp/before --after . --turns ABBA
+
+Each turn is a process of its own that imports the package from one tree, warms up, and runs rungs 7a, 7 and 8
+(--repeats times each). Then the medians per rung and tree, and the verdicts and P(yes) of each rung compared
+between the trees: flips, and the largest change of a probability. The machine's speed swings by a tenth or more
+within minutes, so the turns alternate (ABBA) and only a difference beyond the runs' own spread means anything.
+Writes results/engine_ab.md (--name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNGS = ("7a", "7", "8")
+
+
+def one_turn(tree: Path, data: Path, repeats: int) -> dict:
+    """Runs in a process of its own, with tree first on sys.path."""
+    sys.path.insert(0, str(tree))
+    import offline_sumscore
+
+    if not offline_sumscore.__file__.startswith(str(tree)):
+        raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
+    from benchmarks.throughput import CONFIGS, frozen_inputs
+    from offline_sumscore import SummarizationScorer, load_judge
+    from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
+    from offline_sumscore.engine.local.lab import lab
+
+    cfg = CONFIGS["cpu"]
+    judge = load_judge()
+    inputs = frozen_inputs(data, cfg["samples"], cfg["source_chars"])
+    caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
+    caps.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    caps8 = dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood")
+
+    def engine(features):
+        with lab(features=features):
+            return TransformersEngine(judge)
+
+    rungs = {
+        "7a": (EngineFeatures().without("drafts"), caps),
+        "7": (EngineFeatures(), caps),
+        "8": (EngineFeatures(), caps8),
+    }
+    for c in (caps, caps8):  # warm-up: grammars, kernels
+        SummarizationScorer(engine=engine(EngineFeatures()), **c).score_many(inputs[:1], on_error="return")
+    out: dict = {}
+    for _ in range(repeats):
+        for name, (features, c) in rungs.items():
+            started = time.perf_counter()
+            results = SummarizationScorer(engine=engine(features), **c).score_many(inputs, on_error="return")
+            wall = time.perf_counter() - started
+            rows = [r.to_dict() if hasattr(r, "to_dict") else {"error": str(r)} for r in results]
+            verdicts = [
+                [(v.get("supported"), v.get("p_supported")) for v in r.get("claims") or []]
+                + [(v.get("answered"), v.get("p_answered")) for v in r.get("coverage_verdicts") or []]
+                for r in rows
+            ]
+            out.setdefault(name, {"walls": [], "verdicts": verdicts})["walls"].append(wall)
+    return out
+
+
+def compare(a: list, b: list) -> tuple[int, int, float]:
+    """Verdicts, flips and the largest P(yes) change between two runs' verdict lists."""
+    total = flips = 0
+    largest = 0.0
+    for ra, rb in zip(a, b):
+        for (va, pa), (vb, pb) in zip(ra, rb):
+            total += 1
+            flips += va != vb
+            if pa is not None and pb is not None:
+                largest = max(largest, abs(pa - pb))
+    return total, flips, largest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--before", type=Path, required=True, help="a checkout of the engine before (with models/)")
+    ap.add_argument("--after", type=Path, default=HERE.parent)
+    ap.add_argument("--turns", default="ABBA", help="A: before, B: after, in this order")
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each rung in a turn")
+    ap.add_argument("--name", default="engine_ab")
+    ap.add_argument("--turn", nargs=2, metavar=("TREE", "OUT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.turn:
+        Path(args.turn[1]).write_text(json.dumps(one_turn(Path(args.turn[0]).resolve(), args.data, args.repeats)))
+        return
+    runs: dict[str, list[dict]] = {"A": [], "B": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, turn in enumerate(args.turns):
+            tree = (args.before if turn == "A" else args.after).resolve()
+            out = Path(tmp) / f"{k}.json"
+            cmd = [sys.executable, __file__, "--data", str(args.data), "--before", str(args.before)]
+            subprocess.run(cmd + ["--repeats", str(args.repeats), "--turn", str(tree), str(out)], check=True)
+            runs[turn].append(json.loads(out.read_text()))
+    lines = [
+        f"# Engine A/B: {args.before} (A) against {args.after} (B)",
+        "",
+        f"Turns {args.turns}, {args.repeats} runs of each rung a turn; the ladder's standard workload "
+        f"({args.data.name}).",
+        "",
+        "| rung | A walls s | B walls s | A median | B median | A / B | verdicts | flips | largest P change |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for rung in RUNGS:
+        a = [w for r in runs["A"] for w in r[rung]["walls"]]
+        b = [w for r in runs["B"] for w in r[rung]["walls"]]
+        total, flips, largest = compare(runs["A"][0][rung]["verdicts"], runs["B"][0][rung]["verdicts"])
+        lines.append(
+            f"| {rung} | {', '.join(f'{w:.2f}' for w in a)} | {', '.join(f'{w:.2f}' for w in b)} | "
+            f"{statistics.median(a):.2f} | {statistics.median(b):.2f} | "
+            f"{statistics.median(a) / statistics.median(b):.3f} | {total} | {flips} | {largest:.1e} |"
+        )
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
