@@ -32,34 +32,24 @@ def one_turn(tree: Path, data: Path, repeats: int) -> dict:
 
     if not offline_sumscore.__file__.startswith(str(tree)):
         raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
-    from benchmarks.throughput import CONFIGS, frozen_inputs
+    from benchmarks.throughput import CONFIGS, frozen_inputs, ladder_rungs
     from offline_sumscore import SummarizationScorer, load_judge
-    from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
-    from offline_sumscore.engine.local.lab import lab
 
     cfg = CONFIGS["cpu"]
     judge = load_judge()
     inputs = frozen_inputs(data, cfg["samples"], cfg["source_chars"])
     caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
     caps.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
-    caps8 = dict(key_sentences=cfg["questions"], claims="sentences", coverage="key_sentences", verdicts="likelihood")
-
-    def engine(features):
-        with lab(features=features):
-            return TransformersEngine(judge)
-
-    rungs = {
-        "7a": (EngineFeatures().without("drafts"), caps),
-        "7": (EngineFeatures(), caps),
-        "8": (EngineFeatures(), caps8),
-    }
-    for c in (caps, caps8):  # warm-up: grammars, kernels
-        SummarizationScorer(engine=engine(EngineFeatures()), **c).score_many(inputs[:1], on_error="return")
+    ladder = ladder_rungs(judge, caps, cfg)  # the tree's own rungs: (label, engine factory, scorer options)
+    rungs = {name: ladder[name][1:] for name in RUNGS}
+    for name in ("7", "8"):  # warm-up: grammars and kernels of both designs
+        make, options = rungs[name]
+        SummarizationScorer(engine=make(), **options).score_many(inputs[:1], on_error="return")
     out: dict = {}
     for _ in range(repeats):
-        for name, (features, c) in rungs.items():
+        for name, (make, options) in rungs.items():
             started = time.perf_counter()
-            results = SummarizationScorer(engine=engine(features), **c).score_many(inputs, on_error="return")
+            results = SummarizationScorer(engine=make(), **options).score_many(inputs, on_error="return")
             wall = time.perf_counter() - started
             rows = [r.to_dict() if hasattr(r, "to_dict") else {"error": str(r)} for r in results]
             verdicts = [

@@ -155,7 +155,6 @@ class TransformersEngine(Engine):
             batch = Batch(self.passes.take_slots())
             open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
             twins = Twins()
-            poisoned = self.stats.nan_rows
             try:
                 while True:
                     ready = feed.take()
@@ -169,12 +168,12 @@ class TransformersEngine(Engine):
                         except Exception as exc:  # noqa: BLE001 - every open row fails, kind "model"
                             _fail_open(open_rows, exc)
                             scheduler.waiting.clear()
-                            batch = Batch(self.passes.slots())
+                            batch = Batch(self.passes.take_slots())
                     self._answer(feed, open_rows, twins)
                     if self.heap is not None:
                         self.heap.after_step()
             finally:
-                self.passes.give_slots(batch.cache, clean=self.stats.nan_rows == poisoned)
+                self.passes.give_slots(batch.cache)
                 self.stats.seconds += time.perf_counter() - started
 
     def _take(self, fresh: list[tuple[int, StageRequest]], open_rows: dict[int, Row], scheduler: Scheduler) -> None:

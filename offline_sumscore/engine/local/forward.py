@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -26,6 +27,8 @@ class Passes:
     ):
         self.model, self.max_rows, self.stats, self.on_timing = model, max_rows, stats, on_timing
         self.spares = spares if spares is not None else []  # the judge's idle KV slots (take_slots)
+        # slots taken -> stats.nan_rows then (give_slots); weak, so slots a failed run dropped leave no entry
+        self._nan_rows_at_take: weakref.WeakKeyDictionary[KVSlots, int] = weakref.WeakKeyDictionary()
         self.device = model.device
         # transformers 5.24 renamed the decoder's past_key_values argument to cache (the old name is deprecated).
         params = inspect.signature(model.get_decoder().forward).parameters
@@ -49,22 +52,17 @@ class Passes:
         zeroing a run's slots took 9% of the ladder's standard workload), and a reused set is zeroed already and
         wide enough. On a GPU fresh ones, from PyTorch's caching allocator, so that memory serves the device
         between runs."""
-        if self.device.type == "cpu":
-            try:
-                slots = self.spares.pop()
-            except IndexError:
-                pass
-            else:
-                slots.empty(row_limit=self.max_rows)
-                return slots
-        return self.slots()
+        slots = self.spares.pop() if self.device.type == "cpu" and self.spares else self.slots()
+        slots.empty(row_limit=self.max_rows)
+        self._nan_rows_at_take[slots] = self.stats.nan_rows
+        return slots
 
-    def give_slots(self, slots: KVSlots, *, clean: bool = True) -> None:
-        """A run's slots back to the judge, for the next run (on a CPU; take_slots). Not after a pass that came
-        out NaN (clean=False): its keys may be NaN in columns the next run's rows attend without owning (a masked
+    def give_slots(self, slots: KVSlots) -> None:
+        """Slots from take_slots back to the judge, for the next run (on a CPU). Not after a pass that came out NaN
+        since they were taken: their keys may be NaN in columns the next run's rows attend without owning (a masked
         key weighs 0, but 0 x NaN is NaN)."""
-        if self.device.type == "cpu" and slots is not None and clean:
-            slots.empty(row_limit=self.max_rows)
+        taken_at = self._nan_rows_at_take.pop(slots, None)
+        if self.device.type == "cpu" and taken_at == self.stats.nan_rows:
             self.spares.append(slots)
 
     def run(self, slots: KVSlots, feeds: list[list[int]], starts: list[int], *, kind: str, commit: bool = True):

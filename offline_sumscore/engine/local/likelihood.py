@@ -54,7 +54,6 @@ class LikelihoodPath:
     def score(self, rows: list[Row]) -> None:
         """Every likelihood row, group by group (rows that share a prompt prefix, whichever sample they belong to),
         in batches within the row cap and the token budget."""
-        poisoned = self.stats.nan_rows
         try:
             for group in split_by_prefix(rows) if self.features.shared_prefix else [[r] for r in rows]:
                 prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
@@ -63,7 +62,7 @@ class LikelihoodPath:
                     self.batch(group[at : at + size], prefix)
         finally:
             if self._kept is not None:  # back to the judge for the next call (Passes.take_slots)
-                self.passes.give_slots(self._kept, clean=self.stats.nan_rows == poisoned)
+                self.passes.give_slots(self._kept)
                 self._kept = None
 
     def batch(self, rows: list[Row], prefix: list[int]) -> None:

@@ -48,7 +48,7 @@ class Sampler:
         self.device = judge.model.device
         self.max_rows = max_rows
         self._executor = llguidance.LLExecutor()  # fills the rows' grammar masks in parallel threads
-        self._choice_masks: dict[tuple[str, str], ChoiceTokens] = {}
+        self._choices: dict[tuple[str, str], ChoiceTokens] = {}
         self._allocate_bitmask(max_rows)
 
     # -- a row's grammar --------------------------------------------------------------------------------------
@@ -155,9 +155,9 @@ class Sampler:
         return p_yes
 
     def _choice_tokens(self, choice: tuple[str, str]) -> ChoiceTokens:
-        if choice not in self._choice_masks:
-            self._choice_masks[choice] = ChoiceTokens.of(choice, self.grammars.token_texts, self.device)
-        return self._choice_masks[choice]
+        if choice not in self._choices:
+            self._choices[choice] = ChoiceTokens.of(choice, self.grammars.token_texts, self.device)
+        return self._choices[choice]
 
 
 @dataclass(frozen=True)
