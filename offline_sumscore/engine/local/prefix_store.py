@@ -41,10 +41,12 @@ class BlockPool:
         self.keys = torch.empty(shape, dtype=k0.dtype, device=k0.device)
         self.values = torch.empty(shape, dtype=k0.dtype, device=k0.device)
         self.free = list(range(blocks - 1, -1, -1))  # popped from the end: the lowest block first
+        self.high_water = 0  # blocks [0, high_water) have been written: on a CPU, the pool's resident part
 
     def write(self, blocks: list[int], kv: list, n: int) -> None:
         """The first n tokens of kv (per layer (keys, values), each [1, kv heads, >= n, dim]) into these blocks."""
         full = n // STORE_BLOCK
+        self.high_water = max(self.high_water, max(blocks) + 1)
         whole = torch.tensor(blocks[:full], device=self.keys.device)
         for layer, pair in enumerate(kv):
             for pool, src in zip((self.keys, self.values), pair):
