@@ -40,6 +40,7 @@ MONTHS = "January February March April May June July August September October No
 CURRENCY = ["pounds", "euros"]
 # The generating design: the judge writes its coverage questions and decodes Yes/No verdicts with reasons (the
 # throughput ladder's design; the embedded judge cannot list atomic claims, which end at their bound).
+PACE_WINDOW = 4  # chunks the plotted pace is taken over
 GENERATING = ["--claims", "sentences", "--coverage", "questions", "--verdicts", "yes-no", "--max-questions", "3"]
 GENERATING += ["--max-text-chars", "120", "--max-reason-chars", "60"]
 
@@ -116,11 +117,12 @@ def profile(samples: list[dict], total: int) -> dict:
     for k in range(1, 11):
         at = next((s for s in running if s["rows"] >= total * k / 10), running[-1] if running else None)
         tenths.append(at["rss_mib"] if at else None)
+    reached = arrivals(scored)
     quarters = []
     for q in range(4):
         lo, hi = total * q / 4, total * (q + 1) / 4
-        part = [s for s in scored if lo <= s["rows"] <= hi]
-        if len(part) >= 2 and part[-1]["rows"] > part[0]["rows"]:
+        part = [a for a in reached if lo <= a["rows"] <= hi]
+        if len(part) >= 2:
             quarters.append((part[-1]["seconds"] - part[0]["seconds"]) / (part[-1]["rows"] - part[0]["rows"]))
         else:
             quarters.append(None)
@@ -133,6 +135,17 @@ def profile(samples: list[dict], total: int) -> dict:
         "second_half_spread_mib": round(max(second) - min(second), 1) if second else None,
         "seconds_per_row_by_quarter": [round(q, 4) if q else None for q in quarters],
     }
+
+
+def arrivals(samples: list[dict]) -> list[dict]:
+    """The first sample at each count of rows in OUTPUT: when a chunk's rows arrived. Rows arrive a chunk at a
+    time, so a pace taken between any two samples counts the wait for the next chunk at one end or the other (up to
+    a chunk's time, a fifth of a quarter of the generating run)."""
+    out: list[dict] = []
+    for s in samples:
+        if not out or s["rows"] > out[-1]["rows"]:
+            out.append(s)
+    return out
 
 
 def slope_per_100_rows(samples: list[dict]) -> float | None:
@@ -196,16 +209,16 @@ def plot(results: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for r in results:
-        xs = [s["rows"] for s in r["samples"] if s["rows"] > 0]
-        axes[0].plot(xs, [s["rss_mib"] for s in r["samples"] if s["rows"] > 0], label=r["design"])
-        pace = [
+        running = [s for s in r["samples"] if 0 < s["rows"] < r["rows"]]  # as the table: not once the run closes
+        axes[0].plot([s["rows"] for s in running], [s["rss_mib"] for s in running], label=r["design"])
+        reached = arrivals([s for s in r["samples"] if s["rows"] > 0])
+        pace = [  # over the last PACE_WINDOW chunks, between the moments their rows arrived
             (b["rows"], (b["seconds"] - a["seconds"]) / (b["rows"] - a["rows"]))
-            for a, b in zip(r["samples"], r["samples"][1:])
-            if b["rows"] > a["rows"] > 0
+            for a, b in zip(reached, reached[PACE_WINDOW:])
         ]
         axes[1].plot([x for x, _ in pace], [y for _, y in pace], label=r["design"], linewidth=0.8)
     axes[0].set(xlabel="rows in OUTPUT", ylabel="resident memory (MiB)", title="memory")
-    axes[1].set(xlabel="rows in OUTPUT", ylabel="seconds per row", title="pace, between samples")
+    axes[1].set(xlabel="rows in OUTPUT", ylabel="seconds per row", title=f"pace, over {PACE_WINDOW} chunks")
     for ax in axes:
         ax.legend()
         ax.set_ylim(bottom=0)

@@ -1,0 +1,100 @@
+"""Bigger passes on a CPU: the full engine on the ladder's bulk workload under several row caps (batch_size), in turns.
+
+    python research/row_cap.py --data DATA/summeval_dev.jsonl --caps 64,128,256 --samples 100 --repeats 2
+
+The CPU default is 64 rows a batch (capacity.py). vLLM's CPU build schedules up to 256 sequences a step, and at bulk
+its steps carry about 1,210 tokens against our passes' 527: each pass reads every weight once, so fewer, larger
+passes read them fewer times. For each cap: wall, samples/s, forward passes, tokens per pass, and the verdicts
+against the default cap's (flips; the largest change of a P(yes)). The caps run in turns (64, 128, 256, 256, 128,
+64, ...) so the machine's drift falls on all of them. Prints a markdown table; writes results/row_cap.md (--name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
+from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
+from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
+
+
+def verdicts_of(results) -> list:
+    rows = [r.to_dict() if hasattr(r, "to_dict") else {"error": str(r)} for r in results]
+    return [
+        [(v.get("supported"), v.get("p_supported")) for v in r.get("claims") or []]
+        + [(v.get("answered"), v.get("p_answered")) for v in r.get("coverage_verdicts") or []]
+        for r in rows
+    ]
+
+
+def compare(a: list, b: list) -> tuple[int, int, float]:
+    """Flips, verdicts compared, and the largest change of a probability."""
+    flips = total = 0
+    worst = 0.0
+    for ra, rb in zip(a, b):
+        for (va, pa), (vb, pb) in zip(ra, rb):
+            total += 1
+            flips += va != vb
+            if pa is not None and pb is not None:
+                worst = max(worst, abs(pa - pb))
+    return flips, total, worst
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--caps", default="64,128,256")
+    ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--name", default="row_cap")
+    args = ap.parse_args()
+    cfg = CONFIGS["cpu"]
+    caps = [int(c) for c in args.caps.split(",")]
+    judge = load_judge()
+    inputs = bulk_inputs(args.data, args.samples, cfg["source_chars"])
+    options = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
+    options.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")  # warm
+    runs: dict[int, dict] = {}
+    for turn in range(args.repeats):
+        for cap in caps if turn % 2 == 0 else caps[::-1]:
+            engine = TransformersEngine(judge, batch_size=cap)
+            started = time.perf_counter()
+            results = SummarizationScorer(engine=engine, **options).score_many(inputs, on_error="return")
+            wall = time.perf_counter() - started
+            s = engine.stats
+            tokens = s.prefill_tokens + s.decoded_tokens + s.forced_tokens + s.draft_tokens
+            run = runs.setdefault(cap, {"walls": [], "verdicts": verdicts_of(results)})
+            run["walls"].append(wall)
+            run.update(passes=s.forward_passes, tokens=tokens)
+            print(f"cap {cap}: {wall:.1f} s, {s.forward_passes} passes, {tokens} tokens", flush=True)
+    base = caps[0]
+    lines = [
+        f"# Row cap on a CPU: the full engine on the bulk workload ({len(inputs)} samples, {args.repeats} runs a cap)",
+        "",
+        "| rows a batch | median s | runs s | samples/s | forward passes | tokens a pass | flips vs "
+        f"{base} | largest P(yes) change |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for cap in caps:
+        run = runs[cap]
+        median = statistics.median(run["walls"])
+        flips, total, worst = compare(runs[base]["verdicts"], run["verdicts"])
+        lines.append(
+            f"| {cap} | {median:.1f} | {' / '.join(f'{w:.1f}' for w in run['walls'])} | {len(inputs) / median:.3f} | "
+            f"{run['passes']} | {run['tokens'] / run['passes']:.0f} | {flips} of {total} | {worst:.1e} |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    (HERE / "results" / f"{args.name}.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
