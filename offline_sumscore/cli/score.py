@@ -388,6 +388,10 @@ def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, t
         )
 
 
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole if whole else 0:.0f}%"
+
+
 def _say_how_it_went(metric: str, run, cache, *, on_ray: bool) -> None:
     """The run's table, the rows kept from an earlier run, the stage cache's hits, the failed rows by cause (and exit
     1 if any failed)."""
@@ -401,11 +405,13 @@ def _say_how_it_went(metric: str, run, cache, *, on_ray: bool) -> None:
             + (" (a torn last line was cut and redone)" if report.torn_tail else "")
         )
     if cache is not None and stacked is not None:
-        asked = stacked.hits + stacked.computed
-        click.echo(
-            f"stage cache {cache.path}: {stacked.hits} of {asked} stage requests answered from it "
-            f"({100 * stacked.hits / asked if asked else 0:.0f}%), {stacked.computed} sent to the judge"
-        )
+        asked = stacked.hits + stacked.twins + stacked.computed
+        said = [f"{stacked.hits} of {asked} stage requests answered from it ({_percent(stacked.hits, asked)})"]
+        if stacked.twins:  # identical requests in flight are computed once, with or without a cache file
+            said.append(f"{stacked.twins} the same as one in flight (computed once)")
+        said.append(f"{stacked.computed} sent to the judge")
+        off = "" if cache.readable else "; the cache was off after the warning above"
+        click.echo(f"stage cache {cache.path}: {', '.join(said)}{off}")
     failed = [r for r in report.rows if r.get("error")]
     if report.stopped_early:
         click.echo(f"stopped at the first failed row (--fail-fast): {failed[-1]['error']['message']}")

@@ -219,12 +219,13 @@ def _from_payload(request: StageRequest, p: dict) -> StageResult:
 
 class CachedEngine(EngineLayer):
     """Answers what the cache holds, sends the rest (each distinct request once) to the engine below, and stores
-    what succeeds. Counts hits and misses; `computed` counts the requests that reached the engine."""
+    what succeeds. Counts `hits` (answered from the file), `twins` (the same request as one in flight: computed
+    once, answered from it, with or without a file) and `computed` (the requests that reached the engine)."""
 
     def __init__(self, inner, cache: StageCache):
         super().__init__(inner)
         self.cache = cache
-        self.hits = self.computed = 0
+        self.hits = self.twins = self.computed = 0
 
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
         judge = self.inner.describe().get("judge", {})
@@ -246,6 +247,8 @@ class CachedEngine(EngineLayer):
                 continue
             else:  # the same request asked twice in one wave (two summaries of one source): computed once
                 results.append(replace(computed[key], request=request, cached=True))
+                self.twins += 1
+                continue
             self.hits += 1
         return results
 
@@ -303,5 +306,5 @@ class _CacheFeed:
         first, *same = self.in_flight.pop(key)
         self.outer.give(first[0], result)
         for other, request in same:
-            self.layer.hits += 1
+            self.layer.twins += 1
             self.outer.give(other, replace(result, request=request, cached=True))

@@ -158,6 +158,21 @@ def test_a_cache_whose_folder_cannot_be_made_is_skipped_with_a_warning(tmp_path,
     result = score(src, out, "--cache", str(blocker / "stages.sqlite"))
     assert result.exit_code == 0 and "cannot be opened" in result.output and str(blocker) in result.output
     assert len(lines(out)) == 2
+    # The closing line does not credit the file with what it never answered.
+    assert "0 of 8 stage requests answered from it (0%)" in result.output
+    assert "sent to the judge; the cache was off after the warning above" in result.output
+
+
+def test_identical_requests_in_flight_are_counted_apart_from_the_cache_file(tmp_path, use_scripted):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache's folder should be")
+    same = [dict(rows(1)[0], id=name) for name in ("a", "b")]  # one summary twice: every request asked twice
+    src, out = write_jsonl(tmp_path / "in.jsonl", same), tmp_path / "out.jsonl"
+    enqueue(use_scripted, 1)
+    result = score(src, out, "--cache", str(blocker / "stages.sqlite"))
+    assert result.exit_code == 0 and len(lines(out)) == 2, result.output
+    said = next(line for line in result.output.splitlines() if line.startswith("stage cache"))
+    assert "0 of 8 stage requests answered from it (0%), 4 the same as one in flight (computed once), 4 sent" in said
 
 
 def _hold_write_lock(path: str, ready, release) -> None:
