@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE.parent))
 from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
+from research.engine_ab import compare  # noqa: E402  (verdicts, flips, largest P(yes) change)
 
 
 def verdicts_of(results) -> list:
@@ -32,19 +33,6 @@ def verdicts_of(results) -> list:
         + [(v.get("answered"), v.get("p_answered")) for v in r.get("coverage_verdicts") or []]
         for r in rows
     ]
-
-
-def compare(a: list, b: list) -> tuple[int, int, float]:
-    """Flips, verdicts compared, and the largest change of a probability."""
-    flips = total = 0
-    worst = 0.0
-    for ra, rb in zip(a, b):
-        for (va, pa), (vb, pb) in zip(ra, rb):
-            total += 1
-            flips += va != vb
-            if pa is not None and pb is not None:
-                worst = max(worst, abs(pa - pb))
-    return flips, total, worst
 
 
 def main() -> None:
@@ -86,7 +74,7 @@ def main() -> None:
     for cap in caps:
         run = runs[cap]
         median = statistics.median(run["walls"])
-        flips, total, worst = compare(runs[base]["verdicts"], run["verdicts"])
+        total, flips, worst = compare(runs[base]["verdicts"], run["verdicts"])
         lines.append(
             f"| {cap} | {median:.1f} | {' / '.join(f'{w:.1f}' for w in run['walls'])} | {len(inputs) / median:.3f} | "
             f"{run['passes']} | {run['tokens'] / run['passes']:.0f} | {flips} of {total} | {worst:.1e} |"
