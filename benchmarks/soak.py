@@ -38,9 +38,9 @@ TOWNS = "Lindford Ostby Harlow Brenmouth Calder Dunmore Eastfield Farrow Glenhol
 PROJECTS = ["library", "bridge", "school", "swimming pool", "bus station", "clinic", "sports hall", "park"]
 MONTHS = "January February March April May June July August September October November December".split()
 CURRENCY = ["pounds", "euros"]
+PACE_WINDOW = 4  # chunks the plotted pace is taken over
 # The generating design: the judge writes its coverage questions and decodes Yes/No verdicts with reasons (the
 # throughput ladder's design; the embedded judge cannot list atomic claims, which end at their bound).
-PACE_WINDOW = 4  # chunks the plotted pace is taken over
 GENERATING = ["--claims", "sentences", "--coverage", "questions", "--verdicts", "yes-no", "--max-questions", "3"]
 GENERATING += ["--max-text-chars", "120", "--max-reason-chars", "60"]
 

@@ -242,14 +242,12 @@ class CachedEngine(EngineLayer):
         for i, (request, key) in enumerate(zip(requests, keys)):
             if key in stored:
                 results.append(_from_payload(request, stored[key]))
+                self.hits += 1
             elif first[key] == i:
                 results.append(computed[key])
-                continue
             else:  # the same request asked twice in one wave (two summaries of one source): computed once
                 results.append(replace(computed[key], request=request, cached=True))
                 self.twins += 1
-                continue
-            self.hits += 1
         return results
 
     def stream(self, feed) -> None:
