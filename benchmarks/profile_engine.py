@@ -140,20 +140,31 @@ def bound(judge, log: list[dict], naive_engine, inputs, caps) -> dict:
     device = judge.model.device
     with torch.inference_mode():
         decoder(input_ids=torch.zeros((1, 8), dtype=torch.long, device=device), use_cache=False)  # warm-up
-        started = time.perf_counter()
-        for p in log:
-            if p["phase"] == "prompt step":  # as many tokens, attention within each row
-                shape = (p["rows"], -(-p["real"] // p["rows"]))
-            elif p["phase"] == "step":
-                shape = (p["real"], 1)
-            else:
-                continue
-            decoder(input_ids=torch.zeros(shape, dtype=torch.long, device=device), use_cache=False)
-    bare = time.perf_counter() - started
+        bare = replay(decoder, bound_shapes(log), device)
     started = time.perf_counter()
     SummarizationScorer(engine=naive_engine, **caps).score_many(inputs, on_error="return")
     naive = time.perf_counter() - started
     return {"bare_decoder_s": bare, "naive_loop_s": naive, "most_x_naive": naive / bare}
+
+
+def bound_shapes(log: list[dict]) -> list[tuple[int, int]]:
+    """The bound's input shapes: a prompt step's tokens spread evenly over its rows (as many tokens, attention within
+    each row), a decoding step's tokens as that many one-token rows; likelihood passes left out."""
+    shapes = []
+    for p in log:
+        if p["phase"] == "prompt step":
+            shapes.append((p["rows"], -(-p["real"] // p["rows"])))
+        elif p["phase"] == "step":
+            shapes.append((p["real"], 1))
+    return shapes
+
+
+def replay(decoder, shapes: list[tuple[int, int]], device) -> float:
+    """Seconds for the bare decoder to run these input shapes, one pass each, with no cache."""
+    started = time.perf_counter()
+    for shape in shapes:
+        decoder(input_ids=torch.zeros(shape, dtype=torch.long, device=device), use_cache=False)
+    return time.perf_counter() - started
 
 
 def pass_table(engines_report: dict) -> list[str]:

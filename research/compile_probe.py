@@ -27,27 +27,10 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.profile_engine import bound_shapes, replay  # noqa: E402
 from offline_sumscore import load_judge  # noqa: E402
 
 PROFILE = HERE.parent / "benchmarks" / "results" / "profile_cpu.json"
-
-
-def shapes_of(log: list[dict]) -> list[tuple[int, int]]:
-    """The replay's input shapes: a prompt step's tokens over its rows, a decoding step's as one-token rows."""
-    shapes = []
-    for p in log:
-        if p["phase"] == "prompt step":
-            shapes.append((p["rows"], -(-p["real"] // p["rows"])))
-        elif p["phase"] == "step":
-            shapes.append((p["real"], 1))
-    return shapes
-
-
-def replay(decoder, shapes, device) -> float:
-    started = time.perf_counter()
-    for shape in shapes:
-        decoder(input_ids=torch.zeros(shape, dtype=torch.long, device=device), use_cache=False)
-    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -59,7 +42,7 @@ def main() -> None:
     ap.add_argument("--name", default="compile_probe")
     args = ap.parse_args()
     log = json.loads(args.profile.read_text())[args.engine]["passes"]["log"]
-    shapes = shapes_of(log)
+    shapes = bound_shapes(log)
     judge = load_judge()
     eager = judge.model.model
     device = judge.model.device
