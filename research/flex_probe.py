@@ -19,7 +19,7 @@ layer: its time is reported apart). Outputs checked against each other. Writes r
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -27,19 +27,11 @@ import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from research.attention_kernels import DIM, HEADS, KV_HEADS, in_turns  # noqa: E402  (the judge's shapes, turns)
+
 F = torch.nn.functional
-HEADS, KV_HEADS, DIM = 9, 3, 64
-
-
-def in_turns(a, b, repeats: int = 9) -> tuple[float, float]:
-    a(), b()
-    times: tuple[list, list] = ([], [])
-    for _ in range(repeats):
-        for k, fn in enumerate((a, b)):
-            started = time.perf_counter()
-            fn()
-            times[k].append((time.perf_counter() - started) * 1e3)
-    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def decoding(rows: int, lengths: torch.Tensor, block: int):
@@ -125,7 +117,7 @@ def main() -> None:
         got = flex()
         compile_s = time.perf_counter() - started
         diff = (got - ours()).abs().max().item()
-        a, b = in_turns(ours, flex)
+        a, b = in_turns(ours, flex, repeats=9)
         lines.append(
             f"| {name} | {needed} | {padded} | {a:.2f} | {b:.2f} | {a / b:.2f} | {mask_ms:.1f} | {compile_s:.1f} | "
             f"{diff:.1e} |"
