@@ -20,12 +20,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from research.tables import publish  # noqa: E402
+
 F = torch.nn.functional
 HIDDEN, INTERMEDIATE, HEADS, KV_HEADS, DIM = 576, 1536, 9, 3, 64  # SmolLM2-135M's geometry
 
@@ -148,9 +153,7 @@ def main() -> None:
     for groups, members, prefix, suffix in ((8, 8, 400, 50), (16, 4, 350, 100), (32, 2, 300, 150)):
         a, b, diff = cascade(groups, members, prefix, suffix)
         lines.append(f"| {groups} x {members} | {prefix} + {suffix} | {a:.2f} | {b:.2f} | {a / b:.2f} | {diff:.1e} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    (HERE / "results" / f"{args.name}.md").write_text(text)
+    publish(args.name, lines)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
 from offline_sumscore.engine.local.kv_slots import KVGeometry, KVSlots  # noqa: E402
 from offline_sumscore.engine.local.lab import lab  # noqa: E402
+from research.tables import publish  # noqa: E402
 
 
 def timed_run(judge, inputs, options) -> tuple[float, list[dict], list[tuple[np.ndarray, np.ndarray]], dict]:
@@ -169,9 +170,7 @@ def main() -> None:
         f"{single['slots feeding a prompt or draft']} | {single['slots feeding nothing']} | "
         f"{read_gb / max(single['passes'], 1):.2f} GB |",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    (HERE / "results" / f"{args.name}.md").write_text(text)
+    publish(args.name, lines)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.profile_engine import bound_shapes, replay  # noqa: E402
 from offline_sumscore import load_judge  # noqa: E402
+from research.tables import publish  # noqa: E402
 
 PROFILE = HERE.parent / "benchmarks" / "results" / "profile_cpu.json"
 
@@ -114,9 +115,7 @@ def main() -> None:
         f"Compiling: {first_compile:.1f} s for the first call, and the first replay through the compiled decoder took "
         f"{warm_compiled:.1f} s (new shapes recompile). Largest difference in hidden states: {largest:.1e}.",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    (HERE / "results" / f"{args.name}.md").write_text(text)
+    publish(args.name, lines)
 
 
 if __name__ == "__main__":

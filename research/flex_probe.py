@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from research.attention_kernels import DIM, HEADS, KV_HEADS, in_turns  # noqa: E402  (the judge's shapes, turns)
+from research.tables import publish  # noqa: E402
 
 F = torch.nn.functional
 
@@ -123,9 +124,7 @@ def main() -> None:
             f"{diff:.1e} |"
         )
         print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    (HERE / "results" / f"{args.name}.md").write_text(text)
+    publish(args.name, lines)
 
 
 if __name__ == "__main__":
