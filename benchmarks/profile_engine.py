@@ -64,6 +64,20 @@ def category(name: str) -> str:
     return "other operators (norms, activations, rotary, elementwise)"
 
 
+def operator_seconds(prof) -> dict[str, float]:
+    """A profiler's operator self time summed into CATEGORIES, in seconds."""
+    spent: dict[str, float] = defaultdict(float)
+    for event in prof.key_averages():
+        spent[category(event.key)] += event.self_cpu_time_total / 1e6
+    return spent
+
+
+def phase(t: Timing) -> str:
+    """What a timed piece of work was: a step that carries prompts (some row feeds more than 16 tokens), a decoding
+    step, a likelihood pass, or a step's grammar masks."""
+    return "prompt step" if t.kind == "step" and t.width > 16 else t.kind
+
+
 def profile(judge, make_engine, inputs, caps) -> dict:
     SummarizationScorer(engine=make_engine(), **caps).score_many(inputs, on_error="return")  # warm-up
     masks: list[Timing] = []
@@ -73,9 +87,7 @@ def profile(judge, make_engine, inputs, caps) -> dict:
         started = time.perf_counter()
         scorer.score_many(inputs, on_error="return")
         wall = time.perf_counter() - started
-    spent: dict[str, float] = defaultdict(float)
-    for event in prof.key_averages():
-        spent[category(event.key)] += event.self_cpu_time_total / 1e6
+    spent = operator_seconds(prof)
     seen = sum(spent.values())
     grammar_s = sum(t.seconds for t in masks)
     spent["grammar masks (llguidance fill + unpack)"] = grammar_s
@@ -98,10 +110,9 @@ def passes(judge, make_engine, inputs, caps) -> dict:
     def record(t: Timing) -> None:
         if t.kind == "masks":
             return
-        phase = "prompt step" if t.kind == "step" and t.width > 16 else t.kind
         log.append(
             {
-                "phase": phase,
+                "phase": phase(t),
                 "rows": t.rows,
                 "width": t.width,
                 "real": t.tokens,

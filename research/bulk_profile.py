@@ -22,35 +22,34 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.profile_engine import bound_shapes, category, replay  # noqa: E402
+from benchmarks.profile_engine import bound_shapes, operator_seconds, phase, replay  # noqa: E402
 from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
+from offline_sumscore.engine.local.attention import RaggedPass  # noqa: E402
 from offline_sumscore.engine.local.kv_slots import KVGeometry, KVSlots  # noqa: E402
 from offline_sumscore.engine.local.lab import lab  # noqa: E402
 from research.tables import publish  # noqa: E402
 
 
-def timed_run(judge, inputs, options) -> tuple[float, list[dict], list[tuple[np.ndarray, np.ndarray]], dict]:
-    """One run with every pass timed and every pass's layout (filled, counts) kept."""
+def timed_run(judge, inputs, options) -> tuple[float, list[dict], list[RaggedPass], dict]:
+    """One run with every pass timed and every pass's attention layout kept."""
     log: list[dict] = []
-    layouts: list[tuple[np.ndarray, np.ndarray]] = []
+    layouts: list[RaggedPass] = []
 
     def record(t: Timing) -> None:
-        phase = "masks" if t.kind == "masks" else "prompt step" if t.kind == "step" and t.width > 16 else t.kind
-        log.append({"phase": phase, "rows": t.rows, "real": t.tokens, "s": t.seconds, "cells": t.cells})
+        log.append({"phase": phase(t), "rows": t.rows, "real": t.tokens, "s": t.seconds, "cells": t.cells})
 
     begin = KVSlots.begin
 
     def keep_layout(self, counts):
         layout = begin(self, counts)
-        layouts.append((layout.filled.copy(), layout.counts.copy()))
+        layouts.append(layout)  # its arrays are its own: the slots build new ones each pass
         return layout
 
     KVSlots.begin = keep_layout
@@ -71,22 +70,17 @@ def profiled_run(judge, inputs, options) -> tuple[float, dict]:
         started = time.perf_counter()
         SummarizationScorer(engine=engine, **options).score_many(inputs, on_error="return")
         wall = time.perf_counter() - started
-    spent: dict[str, float] = defaultdict(float)
-    for event in prof.key_averages():
-        spent[category(event.key)] += event.self_cpu_time_total / 1e6
-    return wall, dict(spent)
+    return wall, dict(operator_seconds(prof))
 
 
-def single_call_cells(layouts) -> dict:
-    """Cells of the call over the decoding rows, by what the slots in its span feed."""
+def single_call_cells(layouts: list[RaggedPass]) -> dict:
+    """Cells of the call over the decoding rows (each layout's single call), by what the slots in its span feed."""
     out = defaultdict(int)
-    for filled, counts in layouts:
-        singles = np.flatnonzero(counts == 1)
-        if not len(singles):
+    for layout in layouts:
+        if layout.single is None:
             continue
-        a, b = int(singles[0]), int(singles[-1]) + 1
-        stops, feeds = (filled + counts)[a:b], counts[a:b]
-        top = int(stops.max())
+        a, b, top = layout.single_span
+        stops, feeds = (layout.filled + layout.counts)[a:b], layout.counts[a:b]
         out["computed"] += (b - a) * top
         out["needed"] += int(stops[feeds == 1].sum())
         out["padding of decoding rows"] += int((feeds == 1).sum()) * top - int(stops[feeds == 1].sum())
@@ -132,12 +126,12 @@ def main() -> None:
         "| phase | passes | s | tokens | mean rows | s per pass |",
         "|---|---|---|---|---|---|",
     ]
-    for phase in ("prompt step", "step", "likelihood", "masks"):
-        mine = [p for p in log if p["phase"] == phase]
+    for name in ("prompt step", "step", "likelihood", "masks"):
+        mine = [p for p in log if p["phase"] == name]
         if mine:
             s = sum(p["s"] for p in mine)
             lines.append(
-                f"| {phase} | {len(mine)} | {s:.1f} | {sum(p['real'] for p in mine)} | "
+                f"| {name} | {len(mine)} | {s:.1f} | {sum(p['real'] for p in mine)} | "
                 f"{statistics.mean(p['rows'] for p in mine):.1f} | {s / len(mine):.3f} |"
             )
     outside = wall - sum(p["s"] for p in log)

@@ -1,23 +1,23 @@
 """Would a compiled decoder pay on a CPU? The profile's bound replayed eager and under torch.compile, in turns.
 
-    python research/compile_probe.py                      # the passes in benchmarks/results/profile_cpu.json
-    python research/compile_probe.py --mode max-autotune-no-cudagraphs
-    OFFLINE_SUMSCORE_CPU_GEMM=torch python research/compile_probe.py --freezing --name compile_probe_freezing
+    OFFLINE_SUMSCORE_CPU_GEMM=torch python research/compile_probe.py --name compile_probe_torch_linear
+    OFFLINE_SUMSCORE_CPU_GEMM=torch python research/compile_probe.py --freezing --against-packed \
+        --name compile_probe_freezing
 
 The profile (benchmarks/profile_engine.py) logs every forward pass of the full engine on the ladder's standard
 workload; its bound replays them through the bare decoder (a prompt step's tokens spread evenly over its rows, a
 decoding step's tokens as one-token rows, no cache). Here the same replay runs through the decoder eager and through
 torch.compile(decoder, dynamic=True) (inductor: the norms, rotary, activations and residual adds fused into C++
-loops; the prepacked oneDNN linears stay calls), alternating, after one untimed compiling round whose time is
-reported apart (it is paid once a process, or once a cache). Both are checked to give the same hidden states (to
-1e-4). This measures what compiling could win around the matmuls, not our engine's path: its ragged attention is
-Python and would break the graph at every layer. --freezing sets inductor's freezing (parameters as constants:
-inductor prepacks the linears' weights for oneDNN itself, as engine/cpu_gemm.py does by hand, and can fuse around
-them); it needs torch's own linears (OFFLINE_SUMSCORE_CPU_GEMM=torch), since inductor cannot lower ours. With it,
---against-packed replays a second copy of the judge on our prepacked linears (eager, what the engine runs) in the same
-turns. --eager-attention keeps the attention calls out of the graph (torch.compiler.disable: a graph break in every
-layer, as the engine's ragged attention would be), to see what compiling wins around them. Prints a markdown table;
-writes results/compile_probe.md (--name).
+loops), alternating, after one untimed compiling round whose time is reported apart (it is paid once a process, or
+once a cache), with the largest difference in hidden states between them. inductor cannot lower our prepacked oneDNN
+linears, so the judge runs on torch's (OFFLINE_SUMSCORE_CPU_GEMM=torch). This measures what compiling could win
+around the matmuls, not our engine's path: its ragged attention is Python and would break the graph at every layer.
+
+--freezing sets inductor's freezing (parameters as constants: inductor prepacks the linears' weights for oneDNN
+itself, as engine/cpu_gemm.py does by hand, and can fuse around them). --against-packed replays a second copy of the
+judge on our prepacked linears (eager, what the engine runs) in the same turns. --eager-attention keeps the attention
+calls out of the graph (torch.compiler.disable: a graph break in every layer, as the engine's ragged attention would
+be), to see what compiling wins around them. Prints a markdown table; writes results/compile_probe.md (--name).
 """
 
 from __future__ import annotations
