@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 from transformers.integrations import sdpa_attention
 
 from offline_sumscore.engine.local import TransformersEngine, attention
+from offline_sumscore.engine.local.plan import Feed, StepPlan
 from offline_sumscore.engine.local.sampling import unpack
 from tests.engine.test_engine_on_embedded_judge import mix, same
 
@@ -209,7 +210,8 @@ def test_host_work_per_step_at_512_rows_takes_less_than_the_vocabulary_unpack_it
             times.append(time.perf_counter() - began)
         return min(times)
 
-    now = best(lambda: sampler.masks(rows, live, {}, {i: i for i in live}))
+    plan = StepPlan([Feed(i, [0], None, i) for i in live], [[0] for _ in live], [0 for _ in live])
+    now = best(lambda: sampler.masks(rows, plan))
     bitmask = sampler._bitmask[:512]
 
     def old():

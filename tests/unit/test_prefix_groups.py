@@ -1,6 +1,7 @@
 """How the engine groups requests that share a prompt prefix (no model: rows with token lists only)."""
 
-from offline_sumscore.engine.local.scheduler import Row, split_by_prefix
+from offline_sumscore.engine.local.rows import Row
+from offline_sumscore.engine.local.scheduler import split_by_prefix
 
 PREAMBLE = list(range(1000, 1030))  # a chat template's system turn and the start of the user turn: 30 tokens
 

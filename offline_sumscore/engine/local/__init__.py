@@ -4,8 +4,10 @@ grammars (llguidance), in one continuous stream of ragged forward passes. May im
 Where each part lives, in the order a request meets them:
 - engine.py      TransformersEngine: the loop (take, admit, step, answer), identical requests merged, results.
 - admission.py   requests into rows, rows into the running batch (units sharing a prefix, the prefix store).
-- scheduler.py   what runs next, decided without the model: rows and their progress, units, the batch, preemption.
-- step.py        one decoding step, as numbered steps.
+- rows.py        a row: its progress, and every change to it (no other module writes a row).
+- scheduler.py   what runs next, decided without the model: units, the batch, preemption.
+- plan.py        one step as plain values: the plan (feeds, tokens, starts, read points) and the model's output.
+- step.py        one decoding step, as numbered steps: plan, pass, masks, picks, one update.
 - drafts.py      speculative decoding from n-gram drafts: guesses, fitted to the grammar.
 - sampling.py    the grammar's side: forced tokens, masks, greedy picks and P(yes).
 - forward.py     the decoder over KV slots: one ragged pass, the vocabulary projection where tokens are read.
@@ -22,13 +24,15 @@ Where each part lives, in the order a request meets them:
 
 One step of the loop (step.py):
 1. Admit waiting units while the row cap and the token budget allow; finished rows left after the last step.
-2. Feed every live row's pending tokens (a prompt's remainder, or its last pick and the tokens its grammar forces),
-   plus a draft of guessed tokens, as one flat ragged sequence through the decoder.
-3. While the device runs the pass, fill the grammar masks of every read point on the CPU.
-4. Read the greedy picks and P(yes) under the masks, in one transfer; keep each draft up to the first token the
-   judge's own pick disagrees with.
-5. A row whose grammar is complete ends as its last token goes in, without another pass; a row that hits its cap
-   fails with its raw text kept; NaN logits fail the row. Nothing is ever guessed.
+2. Plan (plan.py): every live row's pending tokens (a prompt's remainder, or its last pick and the tokens its
+   grammar forces), plus a draft of guessed tokens, and the read points after them; nothing changes yet.
+3. Run the plan's tokens as one flat ragged sequence through the decoder; while the device runs the pass, fill the
+   grammar masks of every read point on the CPU.
+4. Read the greedy picks and P(yes) under the masks, in one transfer: the step's output.
+5. One update from plan and output (Stepper.update, through rows.py): each row keeps its draft up to the first
+   token the judge's own pick disagrees with; a row whose grammar is complete ends as its last token goes in,
+   without another pass; a row that hits its cap fails with its raw text kept; NaN logits fail the row. Nothing is
+   ever guessed.
 """
 
 from offline_sumscore.engine.local.engine import TransformersEngine

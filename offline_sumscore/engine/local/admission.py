@@ -14,8 +14,9 @@ from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local.features import EngineStats
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone, halves
 from offline_sumscore.engine.local.prefix_store import PrefixStore
+from offline_sumscore.engine.local.rows import Row
 from offline_sumscore.engine.local.sampling import Sampler
-from offline_sumscore.engine.local.scheduler import Batch, Forming, Row, Scheduler, Unit
+from offline_sumscore.engine.local.scheduler import Batch, Forming, Scheduler, Unit
 
 
 def rows_for(judge, ready: list[tuple[int, StageRequest]]) -> list[Row]:
@@ -25,29 +26,18 @@ def rows_for(judge, ready: list[tuple[int, StageRequest]]) -> list[Row]:
     ids = tok(prompts, add_special_tokens=False)["input_ids"]  # the chat template wrote any special tokens
     rows = []
     for (ticket, request), prompt, prompt_ids in zip(ready, prompts, ids):
-        row = Row(ticket=ticket, request=request, prompt=prompt, prompt_ids=prompt_ids, cap=0, calls=len(ready))
         if request.continuation is not None:
-            _likelihood_row(row, tok, judge)
+            # The continuation is tokenized on its own, as the reply it stands for would be generated.
+            continuation = tok(request.continuation, add_special_tokens=False)["input_ids"]
+            row = Row(ticket, request, prompt, prompt_ids + continuation, 0, len(ready), score_from=len(prompt_ids))
+            problem = judge.likelihood_problem(len(prompt_ids), len(continuation))
         else:
-            _generating_row(row, judge)
+            cap, problem = judge.output_cap(request, len(prompt_ids))
+            row = Row(ticket, request, prompt, prompt_ids, cap, len(ready))
+        if problem:
+            row.fail(*problem)
         rows.append(row)
     return rows
-
-
-def _likelihood_row(row: Row, tok, judge) -> None:
-    # The continuation is tokenized on its own, as the reply it stands for would be generated.
-    continuation = tok(row.request.continuation, add_special_tokens=False)["input_ids"]
-    row.score_from = len(row.prompt_ids)
-    row.prompt_ids = row.prompt_ids + continuation
-    problem = judge.likelihood_problem(row.score_from, len(continuation))
-    if problem:
-        row.fail(*problem)
-
-
-def _generating_row(row: Row, judge) -> None:
-    row.cap, problem = judge.output_cap(row.request, len(row.prompt_ids))
-    if problem:
-        row.fail(*problem)
 
 
 class Admission:
@@ -111,10 +101,9 @@ class Admission:
         lead, others = unit.rows[0], unit.rows[1:]
         whole = n == len(unit.prefix)
         for row in unit.rows:
-            row.computed = n  # copied into its slot (the lead's) or into all (a whole prefix); the rest is fed
+            # n tokens are copied into its slot (the lead's) or into all (a whole prefix); the rest is fed
             self.stats.prefill_tokens += len(row.prompt_ids) - (n if row is lead or not others else len(unit.prefix))
-            row.started = now
-            self.sampler.start(row)
+            self.sampler.start(row, n, now)
         if whole:
             return
         if not lead.done:

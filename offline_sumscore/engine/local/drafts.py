@@ -157,10 +157,7 @@ class Drafter:
             room = min(self.tokens, row.cap - len(row.out) - 1)
             if room <= 0:
                 continue
-            if row.context is None:
-                row.context = NgramIndex(row.prompt_ids)
-            row.context.extend(row.out[len(row.context) - len(row.prompt_ids) :])
-            guess, matched = propose(row.context, self.history.index(row.request.grammar), room, len(row.prompt_ids))
+            guess, matched = propose(row.ngrams(), self.history.index(row.request.grammar), room, len(row.prompt_ids))
             if guess:
                 guesses.append((-matched, s, guess))
         drafts, budget = {}, self.budget - sum(len(rows[s].pending) for s in feeding)

@@ -30,8 +30,9 @@ from offline_sumscore.engine.local.lab import lab_settings
 from offline_sumscore.engine.local.likelihood import LikelihoodPath
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone
 from offline_sumscore.engine.local.prefix_store import PrefixStore
+from offline_sumscore.engine.local.rows import Row
 from offline_sumscore.engine.local.sampling import Sampler
-from offline_sumscore.engine.local.scheduler import Batch, Row, Scheduler
+from offline_sumscore.engine.local.scheduler import Batch, Scheduler
 from offline_sumscore.engine.local.step import Stepper
 from offline_sumscore.engine.retry import engine_raised
 
@@ -242,8 +243,8 @@ class TransformersEngine(Engine):
         try:
             res.value = parse_output(row.request.schema, text)
         except (ValidationError, ValueError) as exc:
-            res.error_kind = Failure.SCHEMA
-            res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+            message = f"output does not match the schema: {str(exc).splitlines()[0]}"
+            return replace(res, error_kind=Failure.SCHEMA, error=message)
         return res
 
     def _likelihood(self, row: Row) -> Likelihood:

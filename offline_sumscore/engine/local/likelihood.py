@@ -15,7 +15,8 @@ from offline_sumscore.engine.local.forward import Passes
 from offline_sumscore.engine.local.kv_slots import KVSlots
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone, halves
 from offline_sumscore.engine.local.prefix_store import PrefixStore
-from offline_sumscore.engine.local.scheduler import Row, common_prefix, split_by_prefix
+from offline_sumscore.engine.local.rows import Row
+from offline_sumscore.engine.local.scheduler import common_prefix, split_by_prefix
 from offline_sumscore.engine.local.transfer import to_device
 
 READ_AT_ONCE = 256  # continuation tokens projected onto the vocabulary together
@@ -95,10 +96,10 @@ class LikelihoodPath:
         hidden, offsets = self.passes.run(slots, rests, [start] * len(rows), kind="likelihood")
         self.stats.prefill_tokens += sum(len(rest) for rest in rests)
         for row in rows:
-            row.started, row.computed, row.logprobs, row.expected = now, start, [], []
+            row.start_scoring(start, now)
         self.read(rows, [len(rest) for rest in rests], hidden, offsets)
         for row in rows:
-            row.done = True
+            row.finish()
 
     def read(self, rows: list[Row], fed: list[int], hidden, offsets) -> None:
         """The log-probability of every continuation token fed in this pass, read at the position before it, and the
@@ -118,8 +119,7 @@ class LikelihoodPath:
             top, top_id = logits.max(dim=-1)
             back = torch.stack([logits.gather(1, targets[:, None])[:, 0] - norm, top_id.float(), top - norm], 1)
             for (row, _, _), (value, expected, expected_logp) in zip(part, back.tolist()):
-                row.logprobs.append(value)
-                row.expected.append((int(expected), expected_logp))
+                row.read_logprob(value, int(expected), expected_logp)
         for row in rows:
             if any(v != v for v in row.logprobs) and not row.done:
                 self.stats.nan_rows += 1

@@ -16,24 +16,8 @@ import numpy as np
 import torch
 
 from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
+from offline_sumscore.engine.local.plan import Pick, ReadPoint, StepPlan
 from offline_sumscore.engine.local.transfer import to_device
-
-
-@dataclass(frozen=True)
-class ReadPoint:
-    """Where a step reads a row's next token: its slot, the token's place in the pass's hidden states, the bitmask
-    row of the grammar state there, and how many of the row's draft tokens come before it."""
-
-    slot: int
-    hidden_at: int
-    mask_row: int
-    after_draft: int
-
-
-@dataclass(frozen=True)
-class Pick:
-    token: int  # -1: the logits were NaN, nothing was read
-    p_yes: float | None  # where the pick decides a closed-choice verdict
 
 
 class Sampler:
@@ -52,49 +36,40 @@ class Sampler:
         self._allocate_bitmask(max_rows)
 
     # -- a row's grammar --------------------------------------------------------------------------------------
-    def start(self, row) -> None:
-        """A fresh grammar state for a row about to run, with the tokens its grammar fixes from the start."""
-        row.matcher = self.grammars.matcher(row.request.grammar)
+    def start(self, row, computed: int, now: float) -> None:
+        """A row about to run: its grammar's fresh state, `computed` tokens already in its slot, and the tokens its
+        grammar fixes from the start."""
+        row.start(self.grammars.matcher(row.request.grammar), computed, now)
         if self.features.forced_tokens:
             self.take_forced(row)
         self.finish_if_complete(row)
 
     def take_forced(self, row) -> None:
         """The text the grammar fixes next, appended to the row's output without being decoded."""
-        forced = row.matcher.compute_ff_tokens()
-        if forced:
-            row.matcher.consume_tokens(forced)
-            row.out.extend(forced)
-            row.forced += len(forced)
-            self.stats.forced_tokens += len(forced)
+        self.stats.forced_tokens += row.take_forced()
 
     def finish_if_complete(self, row) -> None:
-        """A grammar that allows nothing but the end token has nothing left to read from the model: the row ends
-        here, with no forward pass (a verdict-only row costs exactly the one pass that reads its verdict)."""
-        if self.features.logit_verdicts and not row.done and row.matcher.is_stopped():
-            row.done = True
+        """A grammar that allows nothing but the end token ends the row with no forward pass (a verdict-only row
+        costs exactly the one pass that reads its verdict)."""
+        if self.features.logit_verdicts and row.stop_if_complete():
             self.stats.skipped_forwards += 1
 
     # -- masks ------------------------------------------------------------------------------------------------
-    def masks(self, rows, feeding: list[int], drafts: dict, mask_row: dict[int, int]):
-        """The feeding rows' grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned
-        on a GPU host): row mask_row[s] for slot s's next token, mask_row[s] + 1 + m for the token after its draft
-        token m. Also which rows' grammars allow nothing but the end token (a numpy check over the words, not over
-        the vocabulary)."""
+    def masks(self, rows, plan: StepPlan):
+        """The plan's grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned on a
+        GPU host): a feed's mask_row for its next token, mask_row + 1 + m for the token after its draft token m.
+        Also which feeding rows' grammars allow nothing but the end token (a numpy check over the words, not over
+        the vocabulary), by slot."""
         started = time.perf_counter()
-        total = sum(1 + len(drafts[s].tokens) if s in drafts else 1 for s in feeding)
+        total = plan.mask_rows
         if self._bitmask.shape[0] < total:
             self._allocate_bitmask(total)
         bitmask = self._bitmask[:total]
-        self.grammars.fill_bitmasks(
-            self._executor,
-            [(rows[s].matcher, mask_row[s], drafts[s].tokens if s in drafts else []) for s in feeding],
-            bitmask,
-        )
-        main = [mask_row[s] for s in feeding]
+        self.grammars.fill_bitmasks(self._executor, plan.grammar_rows(rows), bitmask)
+        main = [feed.mask_row for feed in plan.feeds]
         only_eos = ~(self._bitmask_np[main] & self._eos_words).any(axis=1)
         self._timed(started)
-        return bitmask, dict(zip(feeding, only_eos.tolist()))
+        return bitmask, dict(zip((feed.slot for feed in plan.feeds), only_eos.tolist()))
 
     def _allocate_bitmask(self, rows: int) -> None:
         words = -(-self.vocab_size // 32)

@@ -3,12 +3,7 @@ batch, admission under the row cap and the token budget, and preemption.
 
 The engine carries out what this module decides (forward passes, grammar masks, reading verdicts). Every decision
 here depends on the requests and the settings alone, never on timing, so a rerun forms the same batches and gives
-the same rows.
-
-One progress model for every row, as vLLM's v1 scheduler keeps it: a row's tokens are its prompt and its output so
-far, `computed` of them have their keys and values in its slot, and the rest (`pending`) go into its next pass. A
-stored prefix copied into its slot, a shared prefix copied from the row that computed it, a prompt's remainder, a
-pick and the tokens its grammar forces after it: each only moves `computed` or lengthens the output.
+the same rows. A row and its progress: rows.py; what one step runs: plan.py.
 """
 
 from __future__ import annotations
@@ -16,58 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local.memory import halves
 from offline_sumscore.engine.local.prefix_store import MIN_SHARED_PREFIX, common_length
-
-
-@dataclass
-class Row:
-    ticket: int  # the feed's ticket for its request
-    request: StageRequest
-    prompt: str  # rendered with the chat template once, kept for the result's audit
-    prompt_ids: list[int]
-    cap: int  # output tokens allowed (0 for a likelihood row)
-    calls: int = 1  # requests handed over together with this one (the result's batch_size)
-    score_from: int | None = None  # likelihood rows: index in prompt_ids of the continuation's first token
-    out: list[int] = field(default_factory=list)  # every token after the prompt (decoded and forced)
-    computed: int = 0  # tokens of prompt_ids + out whose keys and values are in its slot
-    matcher: Any = None  # its grammar's state (llguidance)
-    decoded: int = 0  # of out: picked from the judge's distribution
-    forced: int = 0  # of out: fixed by the grammar
-    choice_probs: list[float] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)  # likelihood rows: each continuation token's, in order
-    expected: list[tuple[int, float]] = field(default_factory=list)  # and the most expected token there, its own
-    context: Any = None  # drafts.NgramIndex of prompt_ids + out, built when the row first drafts
-    slot: int | None = None  # its KV slot in the running batch
-    admitted: int = 0  # its place in the order of admission
-    started: float = 0.0
-    done: bool = False
-    error: str | None = None
-    error_kind: str | None = None  # see StageResult.error_kind
-
-    @property
-    def pending(self) -> list[int]:
-        """Its tokens not yet computed: what its next pass feeds."""
-        n = len(self.prompt_ids)
-        if self.computed >= n:
-            return self.out[self.computed - n :]
-        return self.prompt_ids[self.computed :] + self.out
-
-    def fail(self, kind: str, message: str) -> None:
-        self.done, self.error_kind, self.error = True, kind, message
-
-    def restart(self) -> None:
-        """Back to its prompt: a preempted row is rerun from scratch (greedy decoding makes the rerun identical)."""
-        self.matcher, self.context = None, None
-        self.out, self.choice_probs = [], []
-        self.decoded = self.forced = self.computed = 0
-
-    @property
-    def feed_from(self) -> int:
-        """Tokens from here on are read: the last prompt token of a row that generates, the token before the
-        continuation of a likelihood row. A shared prefix ends before it."""
-        return len(self.prompt_ids) - 1 if self.score_from is None else self.score_from - 1
+from offline_sumscore.engine.local.rows import Row
 
 
 @dataclass
@@ -122,7 +68,7 @@ class Batch:
         slots = self.cache.place(len(rows))
         self.rows += [None] * (self.cache.rows - len(self.rows))
         for row, slot in zip(rows, slots):
-            row.slot, row.admitted = slot, self.admitted
+            row.place(slot, self.admitted)
             self.admitted += 1
             self.rows[slot] = row
 
@@ -130,7 +76,8 @@ class Batch:
         """Free the slots of these rows (finished, or sent back to wait); a forming unit forgets them."""
         self.cache.release([r.slot for r in rows])
         for r in rows:
-            self.rows[r.slot], r.slot = None, None
+            self.rows[r.slot] = None
+            r.leave()
         del self.rows[self.cache.rows :]
         gone = {r.ticket for r in rows}
         self.forming = [
