@@ -2,10 +2,12 @@
 
     git worktree add /tmp/before <commit> && ln -s $PWD/models/converted /tmp/before/models/converted
     python research/engine_ab.py --data DATA/summeval_dev.jsonl --before /tmp/before --after . --turns ABBA
+    python research/engine_ab.py --data DATA/summeval_dev.jsonl --before /tmp/before --bulk 40 --repeats 1
 
 Each turn is a process of its own that imports the package from one tree, warms up, and runs rungs 7a, 7 and 8
 (--repeats times each). Then the medians per rung and tree, and the verdicts and P(yes) of each rung compared
-between the trees: flips, and the largest change of a probability. The machine's speed swings by a tenth or more
+between the trees: flips, and the largest change of a probability. --bulk N: the ladder's bulk workload instead
+(its first N samples), rung 7 only. The machine's speed swings by a tenth or more
 within minutes, so the turns alternate (ABBA) and only a difference beyond the runs' own spread means anything.
 Writes results/engine_ab.md (--name).
 """
@@ -25,24 +27,27 @@ HERE = Path(__file__).resolve().parent
 RUNGS = ("7a", "7", "8")
 
 
-def one_turn(tree: Path, data: Path, repeats: int) -> dict:
+def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
     """Runs in a process of its own, with tree first on sys.path."""
     sys.path.insert(0, str(tree))
     import offline_sumscore
 
     if not offline_sumscore.__file__.startswith(str(tree)):
         raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
-    from benchmarks.throughput import CONFIGS, frozen_inputs, ladder_rungs
+    from benchmarks.throughput import CONFIGS, bulk_inputs, frozen_inputs, ladder_rungs
     from offline_sumscore import SummarizationScorer, load_judge
 
     cfg = CONFIGS["cpu"]
     judge = load_judge()
-    inputs = frozen_inputs(data, cfg["samples"], cfg["source_chars"])
+    if bulk:
+        inputs = bulk_inputs(data, bulk, cfg["source_chars"])
+    else:
+        inputs = frozen_inputs(data, cfg["samples"], cfg["source_chars"])
     caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
     caps.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
     ladder = ladder_rungs(judge, caps, cfg)  # the tree's own rungs: (label, engine factory, scorer options)
-    rungs = {name: ladder[name][1:] for name in RUNGS}
-    for name in ("7", "8"):  # warm-up: grammars and kernels of both designs
+    rungs = {name: ladder[name][1:] for name in (("7",) if bulk else RUNGS)}
+    for name in rungs.keys() & {"7", "8"}:  # warm-up: grammars and kernels of both designs
         make, options = rungs[name]
         SummarizationScorer(engine=make(), **options).score_many(inputs[:1], on_error="return")
     out: dict = {}
@@ -81,11 +86,13 @@ def main() -> None:
     ap.add_argument("--after", type=Path, default=HERE.parent)
     ap.add_argument("--turns", default="ABBA", help="A: before, B: after, in this order")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each rung in a turn")
+    ap.add_argument("--bulk", type=int, default=0, help="the bulk workload's first N samples, rung 7 only")
     ap.add_argument("--name", default="engine_ab")
     ap.add_argument("--turn", nargs=2, metavar=("TREE", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.turn:
-        Path(args.turn[1]).write_text(json.dumps(one_turn(Path(args.turn[0]).resolve(), args.data, args.repeats)))
+        tree = Path(args.turn[0]).resolve()
+        Path(args.turn[1]).write_text(json.dumps(one_turn(tree, args.data, args.repeats, args.bulk)))
         return
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -93,18 +100,20 @@ def main() -> None:
             tree = (args.before if turn == "A" else args.after).resolve()
             out = Path(tmp) / f"{k}.json"
             cmd = [sys.executable, __file__, "--data", str(args.data), "--before", str(args.before)]
-            subprocess.run(cmd + ["--repeats", str(args.repeats), "--turn", str(tree), str(out)], check=True)
+            cmd += ["--repeats", str(args.repeats), "--bulk", str(args.bulk)]
+            subprocess.run(cmd + ["--turn", str(tree), str(out)], check=True)
             runs[turn].append(json.loads(out.read_text()))
     lines = [
         f"# Engine A/B: {args.before} (A) against {args.after} (B)",
         "",
-        f"Turns {args.turns}, {args.repeats} runs of each rung a turn; the ladder's standard workload "
-        f"({args.data.name}).",
+        f"Turns {args.turns}, {args.repeats} runs of each rung a turn; the ladder's "
+        + (f"bulk workload, {args.bulk} samples" if args.bulk else "standard workload")
+        + f" ({args.data.name}).",
         "",
         "| rung | A walls s | B walls s | A median | B median | A / B | verdicts | flips | largest P change |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for rung in RUNGS:
+    for rung in runs["A"][0]:
         a = [w for r in runs["A"] for w in r[rung]["walls"]]
         b = [w for r in runs["B"] for w in r[rung]["walls"]]
         total, flips, largest = compare(runs["A"][0][rung]["verdicts"], runs["B"][0][rung]["verdicts"])

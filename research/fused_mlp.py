@@ -1,7 +1,9 @@
-"""The embedded judge's gated MLP on prepacked weights, as the engine ran it (three oneDNN calls, then SiLU and the
-gate's product as two elementwise passes) against the post-op fusion it runs now (engine/cpu_gemm.py,
-fuse_gated_mlps: SiLU applied by the gate's projection as it writes, the product by the up projection's), at the
-token counts of the engine's passes. The calls alternate (in_turns), and both outputs are compared.
+"""The embedded judge's gated MLP on prepacked weights as the engine runs it (three oneDNN calls, then SiLU and the
+gate's product as two elementwise passes) against oneDNN's post-ops (SiLU applied by the gate's projection as it
+writes, the product by the up projection's: two passes over the widest activations saved), at the token counts
+of the engine's passes. The calls alternate (in_turns), and both outputs are compared. Then the whole
+embedded judge's decoder on a plain [1, tokens] pass, its MLPs switched between the two in turns within one process
+(so the machine's drift falls on both), at a mix of token counts like the bulk workload's passes.
 
     python research/fused_mlp.py
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -23,6 +26,7 @@ from research.attention_kernels import HIDDEN, INTERMEDIATE, in_turns  # noqa: E
 from research.tables import publish  # noqa: E402
 
 TOKENS = (1, 20, 60, 300, 700, 2000)  # decoding passes at the low end, the bulk workload's prompt passes at 700
+PASSES = [730] * 10 + [55] * 6 + [300] * 4 + [1400] * 2  # token counts of the decoder passes, each run 3 times
 
 
 def mlp_pair(tokens: int) -> tuple[float, float, float]:
@@ -45,6 +49,42 @@ def mlp_pair(tokens: int) -> tuple[float, float, float]:
     return *in_turns(separate, fused, repeats=15), diff
 
 
+def decoder_turns(rounds: int = 3) -> dict[int, tuple[float, float]]:
+    """Seconds of the embedded judge's decoder per token count: (separate, fused), summed over the rounds."""
+    from offline_sumscore import load_judge
+
+    model = load_judge().model  # its linears prepacked (engine/cpu_gemm.py)
+    mlps = [layer.mlp for layer in model.model.layers]
+    separate = [m.forward for m in mlps]  # as loaded: each projection packed, SiLU and the product elementwise
+    fused = [_fused(m) for m in mlps]
+    totals: dict[int, list[float]] = {}
+    with torch.inference_mode():
+        for rnd in range(rounds):
+            for tokens in PASSES:
+                ids = torch.randint(0, model.config.vocab_size, (1, tokens))
+                order = ((0, separate), (1, fused)) if rnd % 2 == 0 else ((1, fused), (0, separate))
+                for k, forwards in order:
+                    for m, forward in zip(mlps, forwards):
+                        m.forward = forward
+                    started = time.perf_counter()
+                    model.model(input_ids=ids)
+                    totals.setdefault(tokens, [0.0, 0.0])[k] += time.perf_counter() - started
+    return {t: (a, b) for t, (a, b) in sorted(totals.items())}
+
+
+def _fused(mlp):
+    """The MLP on oneDNN post-ops: its weights packed again, SiLU and the product applied as the projections write."""
+    linear = torch.ops.mkldnn._linear_pointwise
+    projections = (mlp.gate_proj, mlp.up_proj, mlp.down_proj)  # no biases in these families
+    gate, up, down = (torch.ops.mkldnn._reorder_linear_weight(p.weight.detach(), 64) for p in projections)
+
+    def forward(x):
+        activated = linear(x, gate, None, "swish", [], "")
+        return linear(linear.binary(x, activated, up, None, "mul"), down, None, "none", [], "")
+
+    return forward
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="fused_mlp")
@@ -63,6 +103,18 @@ def main() -> None:
     for tokens in TOKENS:
         a, b, diff = mlp_pair(tokens)
         lines.append(f"| {tokens} | {a:.3f} | {b:.3f} | {a / b:.2f} | {diff:.1e} |")
+    lines += [
+        "",
+        "## The embedded judge's decoder, its MLPs switched in turns",
+        "",
+        "| tokens a pass | passes | separate s | fused s | separate / fused |",
+        "|---|---|---|---|---|",
+    ]
+    turns = decoder_turns()
+    for tokens, (a, b) in turns.items():
+        lines.append(f"| {tokens} | {PASSES.count(tokens) * 3} | {a:.2f} | {b:.2f} | {a / b:.3f} |")
+    a, b = sum(t[0] for t in turns.values()), sum(t[1] for t in turns.values())
+    lines.append(f"| all | {len(PASSES) * 3} | {a:.2f} | {b:.2f} | {a / b:.3f} |")
     publish(args.name, lines)
 
 

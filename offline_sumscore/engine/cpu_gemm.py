@@ -40,19 +40,10 @@ def pack_linears(model) -> str:
         for m in model.modules()
         if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"
     ]
-    packed = {}
     for module in linears:
-        packed[module] = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), ROWS_HINT)
-        module.forward = _packed(packed[module], _bias(module))
-    fused = fuse_gated_mlps(model, packed)
-    return (
-        f"oneDNN on prepacked weights ({len(linears)} linear layers; 2-3x torch's linear at 8-256 rows here; "
-        f"{fused} gated MLPs with SiLU and the gate's product fused into their projections)"
-    )
-
-
-def _bias(module):
-    return None if module.bias is None else module.bias.detach()
+        packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), ROWS_HINT)
+        module.forward = _packed(packed, None if module.bias is None else module.bias.detach())
+    return f"oneDNN on prepacked weights ({len(linears)} linear layers; 2-3x torch's linear at 8-256 rows here)"
 
 
 def _packed(weight, bias):
@@ -60,46 +51,5 @@ def _packed(weight, bias):
 
     def forward(x):
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
-
-    return forward
-
-
-# MLPs whose forward is down(silu(gate(x)) * up(x)), as their transformers source reads (checked by
-# tests/engine/test_architectures.py against the model's own forward).
-GATED_SILU_MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP")
-
-
-def fuse_gated_mlps(model, packed: dict) -> int:
-    """Each gated SiLU MLP of model as two oneDNN calls with post-ops instead of two calls and two elementwise
-    passes: the gate's projection applies SiLU as it writes (oneDNN's swish), and the up projection multiplies its
-    output by that as it writes (a binary post-op), so the [tokens, intermediate] activations are written once and
-    read once less. Measured on the embedded judge's shapes (576 -> 1536 -> 576): 1.26x the MLP at 700 tokens a
-    call (the bulk workload's prompt passes), 1.13x at 2,000, even (1.00-1.05x) from 1 to 300
-    (research/results/fused_mlp.md). Returns how many were fused."""
-    import torch
-
-    count = 0
-    for module in model.modules():
-        if type(module).__name__ not in GATED_SILU_MLPS or not isinstance(module.act_fn, _silu_types()):
-            continue
-        parts = (module.gate_proj, module.up_proj, module.down_proj)
-        if not all(p in packed for p in parts):
-            continue
-        module.forward = _gated(*((packed[p], _bias(p)) for p in parts), torch.ops.mkldnn._linear_pointwise)
-        count += 1
-    return count
-
-
-def _silu_types() -> tuple:
-    import torch
-    from transformers.activations import SiLUActivation
-
-    return (torch.nn.SiLU, SiLUActivation)
-
-
-def _gated(gate, up, down, linear):
-    def forward(x):
-        activated = linear(x, *gate, "swish", [], "")
-        return linear(linear.binary(x, activated, *up, "mul"), *down, "none", [], "")
 
     return forward

@@ -74,35 +74,3 @@ def test_many_row_counts_do_not_grow_the_heap():
     assert heap_growth_mib() < 32
     # The user's environment wins: with the default sizes set by hand, the caches grow as they did before the cap.
     assert heap_growth_mib(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024") > 64
-
-
-@needs_onednn
-@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
-def test_a_gated_silu_mlp_fused_into_its_projections_gives_its_own_numbers(monkeypatch, family):
-    import importlib
-
-    from transformers import AutoConfig
-
-    monkeypatch.delenv("OFFLINE_SUMSCORE_CPU_GEMM", raising=False)
-    torch.manual_seed(0)
-    config = AutoConfig.for_model(family, hidden_size=64, intermediate_size=160, hidden_act="silu")
-    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-    mlp = getattr(module, f"{family.capitalize()}MLP")(config)
-    x = torch.randn(1, 37, 64)
-    with torch.no_grad():
-        expected = mlp(x)
-        said = cpu_gemm.pack_linears(mlp)
-        got = mlp(x)
-    assert "1 gated MLPs" in said
-    assert mlp.forward.__qualname__.startswith("_gated")  # the fused path ran, not the module's own forward
-    assert torch.allclose(got, expected, atol=1e-5, rtol=1e-5), (got - expected).abs().max()
-
-
-@needs_onednn
-def test_an_mlp_with_another_activation_is_not_fused(monkeypatch):
-    from transformers import AutoConfig
-    from transformers.models.llama.modeling_llama import LlamaMLP
-
-    monkeypatch.delenv("OFFLINE_SUMSCORE_CPU_GEMM", raising=False)
-    mlp = LlamaMLP(AutoConfig.for_model("llama", hidden_size=64, intermediate_size=160, hidden_act="gelu"))
-    assert "0 gated MLPs" in cpu_gemm.pack_linears(mlp)
