@@ -504,7 +504,7 @@ def main() -> None:
     }
     if not args.bulk:
         del workloads["bulk"]
-    if peer is None:  # vLLM not importable here: its rungs are left out, and the report says so
+    if peer is None:  # no vLLM here (vllm_absent says why): its rungs are left out, and the report says so
         workloads = {
             w: (items, ref, [r for r in rungs if not r.startswith("V")]) for w, (items, ref, rungs) in workloads.items()
         }
@@ -587,11 +587,8 @@ class Peer:
 
 def start_vllm(args, inputs: list[dict], caps: dict, cfg: dict):
     """vLLM's engine on the same judge, float32, prefix caching on, warmed on one sample of each design; None where
-    vLLM is not importable in this environment (make vllm-env, then run the ladder with .venv-vllm/bin/python)."""
-    import importlib.util
-
-    wanted = any(r.startswith("V") for r in f"{args.rungs},{args.shared_rungs},{args.bulk_rungs}".split(","))
-    if not wanted or importlib.util.find_spec("vllm") is None or args.config != "cpu":
+    the ladder runs no vLLM rung (vllm_absent says why)."""
+    if vllm_absent(args):
         return None
     from offline_sumscore.engine.vllm_engine import VLLMEngine
 
@@ -801,12 +798,27 @@ def bulk_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
     return [{"id": r["id"], "source": r["source"], "summary": r["summary"]} for r in rows]
 
 
+def vllm_absent(args) -> str | None:
+    """Why the ladder runs no vLLM rung, in a sentence; None where it runs them."""
+    import importlib.util
+
+    if not any(r.startswith("V") for r in f"{args.rungs},{args.shared_rungs},{args.bulk_rungs}".split(",")):
+        return "No vLLM rung was asked for (the rungs named V...)."
+    if args.config != "cpu":
+        return f"No vLLM rung was run: they run with --config cpu only, and this ladder ran --config {args.config}."
+    if importlib.util.find_spec("vllm") is None:
+        return (
+            "vLLM is not importable in this environment: no vLLM rung was run (`make vllm-env`, then run this with "
+            ".venv-vllm/bin/python)."
+        )
+    return None
+
+
 def peer_note(args, rows: list[dict]) -> tuple[str, dict | None]:
     """The vLLM rungs' settings and our engine's speed against vLLM's per workload, as a paragraph and a record."""
     peer = getattr(args, "peer", None)
     if peer is None:
-        missing = "vLLM is not importable in this environment: no vLLM rung was run (`make vllm-env`, then run "
-        return missing + "this with .venv-vllm/bin/python).", None
+        return vllm_absent(args) or "vLLM's engine did not start.", None
     described = peer.engine.describe()
     ratios = {}
     for row in rows:

@@ -62,3 +62,16 @@ def test_the_gpu_ladder_writes_the_full_engine_first_and_keeps_it_when_cut_short
     assert row["rung"] == "7" and row["failed_rows"] == 0 and row["nan_values"] == 0 and row["nan_rows"] == 0
     assert report["engine"]["attention"] == "offline_sumscore_ragged"
     assert "| standard | 7 |" in Path(f"{out}.md").read_text()
+
+
+def test_the_ladder_says_why_no_vllm_rung_ran():
+    from types import SimpleNamespace
+
+    from benchmarks.throughput import peer_note
+
+    def note(config, rungs="7,V7"):
+        args = SimpleNamespace(rungs=rungs, shared_rungs="", bulk_rungs="", config=config, peer=None)
+        return peer_note(args, [])[0]
+
+    assert "--config cpu only" in note("gpu")  # even where vLLM is importable: it was never the reason
+    assert "No vLLM rung was asked for" in note("cpu", rungs="7,8")
