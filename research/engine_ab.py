@@ -6,7 +6,9 @@
 
 Each turn is a process of its own that imports the package from one tree, warms up, and runs rungs 7a, 7 and 8
 (--repeats times each). Then the medians per rung and tree, and the verdicts and P(yes) of each rung compared
-between the trees: flips, and the largest change of a probability. --bulk N: the ladder's bulk workload instead
+between the trees: flips, and the largest change of a probability; and the time outside the forward passes and the
+grammar masks (picks, the vocabulary projection at read points, admission, the step's update, the scorers), as a
+share of the passes' time, from the engine's timing hook. --bulk N: the ladder's bulk workload instead
 (its first N samples), rung 7 only. The machine's speed swings by a tenth or more
 within minutes, so the turns alternate (ABBA) and only a difference beyond the runs' own spread means anything.
 Writes results/engine_ab.md (--name).
@@ -36,6 +38,7 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
         raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
     from benchmarks.throughput import CONFIGS, bulk_inputs, frozen_inputs, ladder_rungs
     from offline_sumscore import SummarizationScorer, load_judge
+    from offline_sumscore.engine.local.lab import lab
 
     cfg = CONFIGS["cpu"]
     judge = load_judge()
@@ -53,16 +56,23 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
     out: dict = {}
     for _ in range(repeats):
         for name, (make, options) in rungs.items():
+            timings: list = []
+            with lab(on_timing=timings.append):
+                engine = make()
             started = time.perf_counter()
-            results = SummarizationScorer(engine=make(), **options).score_many(inputs, on_error="return")
+            results = SummarizationScorer(engine=engine, **options).score_many(inputs, on_error="return")
             wall = time.perf_counter() - started
+            passes = sum(t.seconds for t in timings if t.kind != "masks")
+            masks = sum(t.seconds for t in timings if t.kind == "masks")
             rows = [r.to_dict() if hasattr(r, "to_dict") else {"error": str(r)} for r in results]
             verdicts = [
                 [(v.get("supported"), v.get("p_supported")) for v in r.get("claims") or []]
                 + [(v.get("answered"), v.get("p_answered")) for v in r.get("coverage_verdicts") or []]
                 for r in rows
             ]
-            out.setdefault(name, {"walls": [], "verdicts": verdicts})["walls"].append(wall)
+            record = out.setdefault(name, {"walls": [], "outside": [], "verdicts": verdicts})
+            record["walls"].append(wall)
+            record["outside"].append((wall - passes - masks) / passes)
     return out
 
 
@@ -77,6 +87,12 @@ def compare(a: list, b: list) -> tuple[int, int, float]:
             if pa is not None and pb is not None:
                 largest = max(largest, abs(pa - pb))
     return total, flips, largest
+
+
+def outside(turns: list[dict], rung: str) -> str:
+    """The range of a tree's time outside the passes and masks, as a share of its passes' time."""
+    shares = [share for turn in turns for share in turn[rung]["outside"]]
+    return f"{min(shares):.1%} to {max(shares):.1%}"
 
 
 def main() -> None:
@@ -110,8 +126,9 @@ def main() -> None:
         + (f"bulk workload, {args.bulk} samples" if args.bulk else "standard workload")
         + f" ({args.data.name}).",
         "",
-        "| rung | A walls s | B walls s | A median | B median | A / B | verdicts | flips | largest P change |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rung | A walls s | B walls s | A median | B median | A / B | verdicts | flips | largest P change "
+        "| outside the passes, A | B |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for rung in runs["A"][0]:
         a = [w for r in runs["A"] for w in r[rung]["walls"]]
@@ -120,7 +137,8 @@ def main() -> None:
         lines.append(
             f"| {rung} | {', '.join(f'{w:.2f}' for w in a)} | {', '.join(f'{w:.2f}' for w in b)} | "
             f"{statistics.median(a):.2f} | {statistics.median(b):.2f} | "
-            f"{statistics.median(a) / statistics.median(b):.3f} | {total} | {flips} | {largest:.1e} |"
+            f"{statistics.median(a) / statistics.median(b):.3f} | {total} | {flips} | {largest:.1e} | "
+            f"{outside(runs['A'], rung)} | {outside(runs['B'], rung)} |"
         )
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"{args.name}.md").write_text("\n".join(lines) + "\n")
