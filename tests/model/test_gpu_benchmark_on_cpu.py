@@ -1,7 +1,8 @@
 """The GPU benchmark's code path on the CPU: Llama-3.1-8B's geometry cut to one layer, random weights.
 
 A device call is short and cannot be repeated at will, so what it runs must be known to work: the ladder writes its
-results after every rung (a run cut short keeps them), runs the full engine first, and reports NaN counts.
+results after every rung (a run cut short keeps them), runs the full engine first, reports NaN counts, and says why
+no vLLM rung ran.
 """
 
 import json
@@ -36,7 +37,7 @@ def test_the_gpu_ladder_writes_the_full_engine_first_and_keeps_it_when_cut_short
             "--questions",
             "1",
             "--rungs",
-            "7,0",
+            "7,V7,0",
             "--shared-rungs",
             "",
             "--out",
@@ -62,16 +63,6 @@ def test_the_gpu_ladder_writes_the_full_engine_first_and_keeps_it_when_cut_short
     assert row["rung"] == "7" and row["failed_rows"] == 0 and row["nan_values"] == 0 and row["nan_rows"] == 0
     assert report["engine"]["attention"] == "offline_sumscore_ragged"
     assert "| standard | 7 |" in Path(f"{out}.md").read_text()
-
-
-def test_the_ladder_says_why_no_vllm_rung_ran():
-    from types import SimpleNamespace
-
-    from benchmarks.throughput import peer_note
-
-    def note(config, rungs="7,V7"):
-        args = SimpleNamespace(rungs=rungs, shared_rungs="", bulk_rungs="", config=config, peer=None)
-        return peer_note(args, [])[0]
-
-    assert "--config cpu only" in note("gpu")  # even where vLLM is importable: it was never the reason
-    assert "No vLLM rung was asked for" in note("cpu", rungs="7,8")
+    # vLLM's rung was asked for but runs with --config cpu only: the report says so, whether or not vLLM is
+    # importable here (it used to say "not importable" whatever the reason)
+    assert "--config cpu only" in report["vllm"] and "not importable" not in report["vllm"]
