@@ -50,7 +50,7 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
     caps.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
     ladder = ladder_rungs(judge, caps, cfg)  # the tree's own rungs: (label, engine factory, scorer options)
     rungs = {name: ladder[name][1:] for name in (("7",) if bulk else RUNGS)}
-    for name in rungs.keys() & {"7", "8"}:  # warm-up: grammars and kernels of both designs
+    for name in [n for n in ("7", "8") if n in rungs]:  # warm-up: grammars and kernels of both designs
         make, options = rungs[name]
         SummarizationScorer(engine=make(), **options).score_many(inputs[:1], on_error="return")
     out: dict = {}

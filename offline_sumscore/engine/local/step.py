@@ -116,7 +116,7 @@ class Stepper:
                     "the judge's logits were NaN at this step (a poisoned forward pass); nothing was read from them",
                 )
                 return m
-            guessed = m < len(tokens) and pick.token == tokens[m] and pick.token not in self.sampler.eos_ids
+            guessed = m < len(tokens) and pick.token == tokens[m]  # a draft never holds an end token (Drafter.fit)
             row.take_pick(pick.token, pick.p_yes, self.sampler.eos_ids, guessed=guessed)
             self.stats.decoded_tokens += 1
             if row.done:
