@@ -35,6 +35,52 @@ def verdicts_of(results) -> list:
     ]
 
 
+def in_turns(values: list, engine_for, inputs, options: dict, repeats: int, label: str) -> dict:
+    """The bulk workload under each setting value, in turns (a, b, c, c, b, a, ...): each value's walls, verdicts,
+    forward passes and tokens. engine_for(value) makes the engine."""
+    runs: dict = {}
+    for turn in range(repeats):
+        for value in values if turn % 2 == 0 else values[::-1]:
+            engine = engine_for(value)
+            started = time.perf_counter()
+            results = SummarizationScorer(engine=engine, **options).score_many(inputs, on_error="return")
+            wall = time.perf_counter() - started
+            s = engine.stats
+            tokens = s.prefill_tokens + s.decoded_tokens + s.forced_tokens + s.draft_tokens
+            run = runs.setdefault(value, {"walls": [], "verdicts": verdicts_of(results)})
+            run["walls"].append(wall)
+            run.update(passes=s.forward_passes, tokens=tokens)
+            print(f"{label} {value}: {wall:.1f} s, {s.forward_passes} passes, {tokens} tokens", flush=True)
+    return runs
+
+
+def turns_table(runs: dict, values: list, samples: int, label: str) -> list[str]:
+    """One line per value: median wall, every run's, samples/s, passes, tokens a pass, and its verdicts against the
+    first value's (flips, the largest change of a P(yes))."""
+    base = values[0]
+    lines = [
+        f"| {label} | median s | runs s | samples/s | forward passes | tokens a pass | flips vs {base} "
+        "| largest P(yes) change |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for value in values:
+        run = runs[value]
+        median = statistics.median(run["walls"])
+        total, flips, worst = compare(runs[base]["verdicts"], run["verdicts"])
+        lines.append(
+            f"| {value} | {median:.1f} | {' / '.join(f'{w:.1f}' for w in run['walls'])} | {samples / median:.3f} | "
+            f"{run['passes']} | {run['tokens'] / run['passes']:.0f} | {flips} of {total} | {worst:.1e} |"
+        )
+    return lines
+
+
+def bulk_options() -> dict:
+    cfg = CONFIGS["cpu"]
+    options = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
+    options.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    return options
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -43,42 +89,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--name", default="row_cap")
     args = ap.parse_args()
-    cfg = CONFIGS["cpu"]
     caps = [int(c) for c in args.caps.split(",")]
     judge = load_judge()
-    inputs = bulk_inputs(args.data, args.samples, cfg["source_chars"])
-    options = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
-    options.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    inputs = bulk_inputs(args.data, args.samples, CONFIGS["cpu"]["source_chars"])
+    options = bulk_options()
     SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")  # warm
-    runs: dict[int, dict] = {}
-    for turn in range(args.repeats):
-        for cap in caps if turn % 2 == 0 else caps[::-1]:
-            engine = TransformersEngine(judge, batch_size=cap)
-            started = time.perf_counter()
-            results = SummarizationScorer(engine=engine, **options).score_many(inputs, on_error="return")
-            wall = time.perf_counter() - started
-            s = engine.stats
-            tokens = s.prefill_tokens + s.decoded_tokens + s.forced_tokens + s.draft_tokens
-            run = runs.setdefault(cap, {"walls": [], "verdicts": verdicts_of(results)})
-            run["walls"].append(wall)
-            run.update(passes=s.forward_passes, tokens=tokens)
-            print(f"cap {cap}: {wall:.1f} s, {s.forward_passes} passes, {tokens} tokens", flush=True)
-    base = caps[0]
+    runs = in_turns(caps, lambda cap: TransformersEngine(judge, batch_size=cap), inputs, options, args.repeats, "cap")
     lines = [
         f"# Row cap on a CPU: the full engine on the bulk workload ({len(inputs)} samples, {args.repeats} runs a cap)",
         "",
-        "| rows a batch | median s | runs s | samples/s | forward passes | tokens a pass | flips vs "
-        f"{base} | largest P(yes) change |",
-        "|---|---|---|---|---|---|---|---|",
+        *turns_table(runs, caps, len(inputs), "rows a batch"),
     ]
-    for cap in caps:
-        run = runs[cap]
-        median = statistics.median(run["walls"])
-        total, flips, worst = compare(runs[base]["verdicts"], run["verdicts"])
-        lines.append(
-            f"| {cap} | {median:.1f} | {' / '.join(f'{w:.1f}' for w in run['walls'])} | {len(inputs) / median:.3f} | "
-            f"{run['passes']} | {run['tokens'] / run['passes']:.0f} | {flips} of {total} | {worst:.1e} |"
-        )
     text = "\n".join(lines) + "\n"
     print(text)
     (HERE / "results" / f"{args.name}.md").write_text(text)

@@ -77,8 +77,8 @@ def mix() -> list[StageRequest]:
     return reqs
 
 
-def run(judge, without=(), **engine_options):
-    with lab(features=EngineFeatures().without(*without)):  # the engine's developer hook
+def run(judge, without=(), pass_tokens=None, **engine_options):
+    with lab(features=EngineFeatures().without(*without), pass_tokens=pass_tokens):  # the engine's developer hook
         engine = TransformersEngine(judge, **engine_options)
     return engine.run(mix()), engine.stats
 
@@ -102,6 +102,13 @@ def test_batched_rows_equal_one_at_a_time(judge, full):
     alone, stats = run(judge, ["shared_prefix"], batch_size=1)  # every row alone in its batch
     same(full[0], alone)
     assert stats.forward_passes > full[1].forward_passes  # batching really merged passes
+
+
+def test_prompts_fed_in_chunks_equal_prompts_fed_whole(judge, full):
+    chunked, stats = run(judge, pass_tokens=40)  # every prompt here is longer: each goes in over several passes
+    same(full[0], chunked)
+    assert stats.forward_passes > full[1].forward_passes
+    assert stats.prefill_tokens == full[1].prefill_tokens and stats.decoded_tokens == full[1].decoded_tokens
 
 
 def test_shared_prefix_rows_equal_unshared_rows(judge, full):

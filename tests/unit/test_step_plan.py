@@ -31,7 +31,7 @@ class Drafts:
     def __init__(self, by_slot):
         self.by_slot = by_slot
 
-    def propose(self, rows, feeding):
+    def propose(self, rows, feeding, fed, pass_tokens):
         return {s: d for s, d in self.by_slot.items() if s in feeding}
 
 
@@ -45,7 +45,7 @@ def test_the_plan_feeds_each_rows_pending_tokens_from_its_computed_columns_with_
         row(4, prompt, out=[9], computed=4),  # decoding, with a draft of two tokens
     ]
     batch = Batch(rows=rows)
-    plan = plan_step(batch, Drafts({4: Draft([5, 6], [False, True], stopped=False)}))
+    plan = plan_step(batch, Drafts({4: Draft([5, 6], [False, True], stopped=False)}), 4096)
     assert [f.slot for f in plan.feeds] == [0, 2, 4]
     assert plan.tokens == [[1, 2, 3, 4], [], [7], [], [9, 5, 6]]
     assert plan.starts == [0, 0, 4, 6, 4]
@@ -66,10 +66,51 @@ def test_rows_waiting_for_a_shared_prefix_feed_nothing_until_it_is_formed_and_an
     prompt = list(range(10, 40))
     lead, waiting = row(0, prompt), row(1, prompt)
     batch = Batch(rows=[lead, waiting], forming=[Forming(lead, [waiting], prompt[:20])])
-    plan = plan_step(batch, Drafts({}))
+    plan = plan_step(batch, Drafts({}), 4096)
     assert [f.slot for f in plan.feeds] == [0] and plan.tokens[1] == []
-    assert plan_step(Batch(rows=[row(0, prompt, computed=30, done=True), None]), Drafts({})) is None
-    assert plan_step(SimpleNamespace(rows=[], waiting=set), Drafts({})) is None
+    assert plan_step(Batch(rows=[row(0, prompt, computed=30, done=True), None]), Drafts({}), 4096) is None
+    assert plan_step(SimpleNamespace(rows=[], waiting=set), Drafts({}), 4096) is None
+
+
+def test_a_pass_over_its_token_budget_feeds_decoding_rows_first_then_prompts_in_admission_order_in_chunks():
+    prompt = list(range(100, 130))  # 30 tokens
+    rows = [
+        row(0, prompt, computed=10),  # admitted second: 20 prompt tokens left
+        row(1, prompt, out=[7], computed=30),  # decoding: its last pick
+        row(2, prompt),  # admitted first: all 30 prompt tokens
+        row(3, prompt),  # admitted third
+    ]
+    for order, r in zip((1, 0, 0, 2), rows):
+        r.admitted = order
+    plan = plan_step(Batch(rows=rows), Drafts({1: Draft([5], [False], stopped=False)}), 26)
+    # the decoding row (1 token), then slot 2's prompt (the 25 tokens left: a chunk); slots 0 and 3 wait
+    assert [(f.slot, len(f.pending), f.chunk) for f in plan.feeds] == [(1, 1, False), (2, 25, True)]
+    assert plan.tokens == [[], [7, 5], prompt[:25], []]
+    assert [f.slot for f in plan.reading] == [1] and plan.mask_rows == 2  # nothing is read after a chunk
+    assert [r.slot for r in plan.read_points([0, 0, 2, 27])] == [1, 1]
+    # with room for all: every row whole, and its pick read after it
+    plan = plan_step(Batch(rows=rows), Drafts({}), 100)
+    whole = [(0, 20, False), (1, 1, False), (2, 30, False), (3, 30, False)]
+    assert [(f.slot, len(f.pending), f.chunk) for f in plan.feeds] == whole
+    assert plan.mask_rows == 4
+
+
+def test_a_prompts_chunk_gets_no_draft_and_leaves_the_draft_budget_what_the_pass_carries():
+    from offline_sumscore.engine.local.drafts import Drafter
+
+    drafter = Drafter(enabled=True, forced_tokens=True, gpu=False, eos_ids={0})
+    prompt = list(range(100, 130))
+    rows = [row(0, prompt), row(1, prompt)]
+    rows[1].admitted = 1
+    seen = {}
+
+    def propose(rows, feeding, fed, pass_tokens):
+        seen.update(feeding=feeding, fed=fed, pass_tokens=pass_tokens)
+        return {}
+
+    drafter.propose = propose
+    plan_step(Batch(rows=rows), drafter, 40)
+    assert seen == {"feeding": [0], "fed": 40, "pass_tokens": 40}  # slot 1 fed 10 of its 30: a chunk, no draft
 
 
 def writes_to_rows(source: str) -> list[str]:

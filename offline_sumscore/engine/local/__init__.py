@@ -19,13 +19,14 @@ Where each part lives, in the order a request meets them:
 - memory.py      out of memory, handled one way: halve, or fail loudly alone.
 - host_heap.py   the host's C heap handed back every few hundred passes, so a long CPU run's memory stays flat.
 - features.py    the features the ladder switches, the counters, the timing hook's records.
-- lab.py         the one developer hook: features, the prefix store's budget and a timing hook, for the ladder,
-                 the profiler and the engine's tests; no user option.
+- lab.py         the one developer hook: features, the prefix store's and a pass's token budgets and a timing
+                 hook, for the ladder, the profiler and the engine's tests; no user option.
 
 One step of the loop (step.py):
 1. Admit waiting units while the row cap and the token budget allow; finished rows left after the last step.
 2. Plan (plan.py): every live row's pending tokens (a prompt's remainder, or its last pick and the tokens its
-   grammar forces), plus a draft of guessed tokens, and the read points after them; nothing changes yet.
+   grammar forces) within the pass's token budget (a long prompt goes in chunks), plus a draft of guessed tokens,
+   and the read points after them; nothing changes yet.
 3. Run the plan's tokens as one flat ragged sequence through the decoder; while the device runs the pass, fill the
    grammar masks of every read point on the CPU.
 4. Read the greedy picks and P(yes) under the masks, in one transfer: the step's output.

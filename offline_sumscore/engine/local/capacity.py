@@ -1,4 +1,5 @@
-"""How many rows and cached tokens a batch may hold: from the device's free memory unless the user gave them."""
+"""How many rows and cached tokens a batch may hold (from the device's free memory unless the user gave them), and
+how many tokens one pass may compute."""
 
 from __future__ import annotations
 
@@ -12,12 +13,30 @@ from offline_sumscore.engine.local.kv_slots import KVGeometry
 class Capacity:
     rows: int
     token_budget: int
-    reason: str  # how both were chosen, stored with every row
+    pass_tokens: int  # tokens one forward pass computes at most (a longer prompt goes in chunks)
+    reason: str  # how they were chosen, stored with every row
     free_memory: str  # what was free when the engine was built; kept off the rows (it changes from run to run)
 
 
-def capacity(model, device, *, batch_size: int | None, token_budget: int | None, device_share: float) -> Capacity:
-    """Rows and cached tokens per batch: from free memory unless given."""
+# Tokens a pass computes at most, unless given (vLLM's max_num_batched_tokens). On a CPU a pass of many thousand
+# tokens runs slower per token than one of a few thousand, once a layer's activations outgrow the cache: measured on
+# the 2-core machine, the embedded judge's decoder ran 1,000 tokens/s in passes of 14,400 tokens and 1,250 to 1,320
+# in passes of 2,900 to 5,800, and the engine at bulk was fastest at 2,048 (research/results/pass_tokens.md). On a
+# GPU, vLLM's own default for offline runs on an H100 or H200 (not measured here).
+PASS_TOKENS_CPU, PASS_TOKENS_GPU = 2048, 16384
+
+
+def capacity(
+    model,
+    device,
+    *,
+    batch_size: int | None,
+    token_budget: int | None,
+    device_share: float,
+    pass_tokens: int | None = None,
+) -> Capacity:
+    """Rows and cached tokens per batch: from free memory unless given; tokens per pass: the device's default
+    unless given."""
     import torch
 
     per_token = KVGeometry.of(model.config, model.dtype).bytes_per_token
@@ -34,13 +53,14 @@ def capacity(model, device, *, batch_size: int | None, token_budget: int | None,
         where += f", {device_share:g} of it for this engine"
     rows = batch_size or default_rows
     budget = token_budget or kv_token_budget(free, per_token)
+    per_pass = pass_tokens or (PASS_TOKENS_GPU if device.type == "cuda" else PASS_TOKENS_CPU)
     why = (
-        f"up to {rows} rows and {budget} cached tokens per batch "
+        f"up to {rows} rows and {budget} cached tokens per batch, {per_pass} tokens per pass "
         f"({'given' if batch_size else 'default'} rows; budget "
         f"{'given' if token_budget else 'from half the free memory, rounded down to a power of two'}, "
-        f"{per_token} bytes of KV per token)"
+        f"{per_token} bytes of KV per token; tokens per pass {'given' if pass_tokens else 'the default'})"
     )
-    return Capacity(rows, budget, why, where)
+    return Capacity(rows, budget, per_pass, why, where)
 
 
 def usable_memory(free: int, reserved_unused: int, share: float) -> int:

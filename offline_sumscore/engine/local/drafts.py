@@ -145,10 +145,10 @@ class Drafter:
         if self.tokens:
             self.history.learn(row.request.grammar, [t for t in row.out if t not in self.eos_ids])
 
-    def propose(self, rows, feeding: list[int]) -> dict[int, Draft]:
+    def propose(self, rows, feeding: list[int], fed: int, pass_tokens: int) -> dict[int, Draft]:
         """Drafts for the rows in these slots, rows with the longer matches first. A guessed token pays where a
         pass has few tokens (its cost is then mostly the weights' reading), so the budget is what the pass's own
-        tokens leave of it."""
+        tokens (fed) leave of it, and never more than its token budget (pass_tokens) leaves."""
         if not self.tokens:
             return {}
         guesses = []
@@ -160,7 +160,7 @@ class Drafter:
             guess, matched = propose(row.ngrams(), self.history.index(row.request.grammar), room, len(row.prompt_ids))
             if guess:
                 guesses.append((-matched, s, guess))
-        drafts, budget = {}, self.budget - sum(len(rows[s].pending) for s in feeding)
+        drafts, budget = {}, min(self.budget, pass_tokens) - fed
         for _, s, guess in sorted(guesses):
             if budget <= 0:
                 break

@@ -64,7 +64,12 @@ class TransformersEngine(Engine):
         self.grammars: GrammarCompiler = judge.grammar_compiler
         self.device = judge.model.device
         self.capacity = capacity(
-            judge.model, self.device, batch_size=batch_size, token_budget=token_budget, device_share=device_share
+            judge.model,
+            self.device,
+            batch_size=batch_size,
+            token_budget=token_budget,
+            device_share=device_share,
+            pass_tokens=settings.pass_tokens,
         )
         self.max_rows, self.token_budget = self.capacity.rows, self.capacity.token_budget
         self.stats = EngineStats()
@@ -100,7 +105,9 @@ class TransformersEngine(Engine):
             eos_ids=self.sampler.eos_ids,
         )
         self.admission = Admission(self.sampler, self.store, self.memory, self.stats)
-        self.stepper = Stepper(self.passes, self.sampler, self.drafter, self.store, self.stats)
+        self.stepper = Stepper(
+            self.passes, self.sampler, self.drafter, self.store, self.stats, pass_tokens=self.capacity.pass_tokens
+        )
         self.likelihood = LikelihoodPath(
             self.passes,
             self.store,
@@ -119,6 +126,7 @@ class TransformersEngine(Engine):
             "engine": "transformers",
             "max_rows": self.max_rows,
             "token_budget": self.token_budget,
+            "pass_tokens": self.capacity.pass_tokens,
             "capacity": self.capacity.reason,
             "device_share": self.device_share,
             "attention": self.attention,  # ragged passes attend with ours, whatever the model was loaded with

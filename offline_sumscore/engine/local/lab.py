@@ -1,7 +1,8 @@
 """The local engine's one developer hook: what the throughput ladder, the profiler and the engine's own tests change,
 and no user does. An engine made inside `with lab(...)` takes these settings; outside, the defaults: every feature
-on, the prefix store at a quarter of the token budget, no timing hook. The features an engine ran under are
-recorded in every row it scores (`judge.engine`), so a run made under the hook says so.
+on, the prefix store at a quarter of the token budget, the device's default tokens a pass, no timing hook. The
+features an engine ran under are recorded in every row it scores (`judge.engine`), so a run made under the hook says
+so.
 
     from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
     from offline_sumscore.engine.local.lab import lab
@@ -23,6 +24,7 @@ from offline_sumscore.engine.local.features import EngineFeatures, Timing
 class LabSettings:
     features: EngineFeatures = field(default_factory=EngineFeatures)  # each feature on unless switched off
     store_tokens: int | None = None  # the prefix store's budget in tokens (None: a quarter of the token budget)
+    pass_tokens: int | None = None  # tokens a pass computes at most (None: the device's default, capacity.py)
     on_timing: Callable[[Timing], None] | None = None  # called with every timed pass and mask fill (the profiler)
 
 

@@ -58,18 +58,18 @@ class Sampler:
     def masks(self, rows, plan: StepPlan):
         """The plan's grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned on a
         GPU host): a feed's mask_row for its next token, mask_row + 1 + m for the token after its draft token m.
-        Also which feeding rows' grammars allow nothing but the end token (a numpy check over the words, not over
-        the vocabulary), by slot."""
+        Also which reading rows' grammars (StepPlan.reading) allow nothing but the end token (a numpy check over the
+        words, not over the vocabulary), by slot."""
         started = time.perf_counter()
         total = plan.mask_rows
         if self._bitmask.shape[0] < total:
             self._allocate_bitmask(total)
         bitmask = self._bitmask[:total]
         self.grammars.fill_bitmasks(self._executor, plan.grammar_rows(rows), bitmask)
-        main = [feed.mask_row for feed in plan.feeds]
-        only_eos = ~(self._bitmask_np[main] & self._eos_words).any(axis=1)
+        reading = plan.reading
+        only_eos = ~(self._bitmask_np[[feed.mask_row for feed in reading]] & self._eos_words).any(axis=1)
         self._timed(started)
-        return bitmask, dict(zip((feed.slot for feed in plan.feeds), only_eos.tolist()))
+        return bitmask, dict(zip((feed.slot for feed in reading), only_eos.tolist()))
 
     def _allocate_bitmask(self, rows: int) -> None:
         words = -(-self.vocab_size // 32)

@@ -3,8 +3,9 @@ slots, not a row), so an out-of-memory error raised anywhere in it leaves the ba
 
 1. Plan (plan.plan_step): every live row with tokens not yet computed feeds them (a prompt's remainder, or its
    last pick and the tokens its grammar forces after it), except rows waiting for a shared prefix that this step
-   computes; each may add a draft of guessed tokens (drafts.py), checked in this same pass. The judge's pick is
-   read after each row's pending tokens and after each of its guessed tokens.
+   computes, within the pass's token budget (a long prompt goes in chunks over several steps); each row fed whole
+   may add a draft of guessed tokens (drafts.py), checked in this same pass. The judge's pick is read after each
+   whole row's pending tokens and after each of its guessed tokens.
 2. The pass: every feed as one flat ragged sequence through the decoder (forward.py).
 3. Masks: while the device runs the pass, the grammar mask of every read point is filled on the CPU.
 4. Picks: the greedy pick and P(yes) at every read point, in one transfer; only now is the pass committed.
@@ -28,12 +29,22 @@ from offline_sumscore.engine.local.scheduler import Batch
 
 
 class Stepper:
-    def __init__(self, passes: Passes, sampler: Sampler, drafter: Drafter, store: PrefixStore, stats: EngineStats):
+    def __init__(
+        self,
+        passes: Passes,
+        sampler: Sampler,
+        drafter: Drafter,
+        store: PrefixStore,
+        stats: EngineStats,
+        *,
+        pass_tokens: int,
+    ):
         self.passes, self.sampler, self.drafter, self.store, self.stats = passes, sampler, drafter, store, stats
+        self.pass_tokens = pass_tokens  # tokens a pass computes at most (plan.fed_per_row)
 
     def step(self, batch: Batch) -> None:
         """One step (the module docstring's numbered steps)."""
-        plan = plan_step(batch, self.drafter)  # 1
+        plan = plan_step(batch, self.drafter, self.pass_tokens)  # 1
         if plan is None:
             return
         cache = batch.cache
@@ -58,7 +69,7 @@ class Stepper:
             row.computed_to(row.computed + len(feed.pending))
         self.formed(batch)
         returned = []  # (slot, how many of its last tokens): draft tokens the judge did not pick
-        for feed in plan.feeds:
+        for feed in plan.reading:  # a chunk of a prompt has nothing read after it
             row = rows[feed.slot]
             if output.only_eos[feed.slot]:  # complete, though llguidance did not say so when its last token went in
                 row.finish()

@@ -1,0 +1,93 @@
+"""Tokens a pass on a CPU: how fast the judge's decoder runs by pass size, and the engine at bulk under several caps
+on a pass's tokens (lab's pass_tokens; vLLM's max_num_batched_tokens), in turns.
+
+    python research/pass_tokens.py --data DATA/summeval_dev.jsonl --values 1000000,4096,2048,1024 --samples 40
+
+Without a cap, the engine's first step at bulk feeds every admitted row's whole prompt at once: on the 40-sample
+bulk workload one pass of 14,311 tokens, a third of the run's time. (1) The bare decoder (its linears prepacked, as
+the engine runs them) on rows of 360 tokens, 2 to 40 rows a call, twice in turns: tokens per second by pass size.
+(2) The full engine on the bulk workload under each cap, the caps in turns (research/row_cap.py's in_turns), with its
+verdicts against the first cap's; 1000000 is no cap. Writes results/pass_tokens.md (--name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
+from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
+from offline_sumscore.engine.local import EngineFeatures, TransformersEngine  # noqa: E402
+from offline_sumscore.engine.local.lab import lab  # noqa: E402
+from research.row_cap import bulk_options, in_turns, turns_table  # noqa: E402
+from research.tables import publish  # noqa: E402
+
+ROW_TOKENS = 360  # about a bulk prompt's length
+ROWS = (40, 16, 8, 4, 2)
+
+
+def decoder_rates(judge, rounds: int = 2) -> dict[int, list[float]]:
+    """Tokens per second of the bare decoder by rows a call (ROW_TOKENS each), about 40 rows' worth a measurement."""
+    decoder = judge.model.model
+    rates: dict[int, list[float]] = {rows: [] for rows in ROWS}
+    with torch.inference_mode():
+        for turn in range(rounds):
+            for rows in ROWS if turn % 2 == 0 else ROWS[::-1]:
+                ids = torch.zeros((rows, ROW_TOKENS), dtype=torch.long)
+                decoder(input_ids=ids, use_cache=False)  # a first call of each shape builds oneDNN's primitives
+                calls = max(1, 40 // rows)
+                started = time.perf_counter()
+                for _ in range(calls):
+                    decoder(input_ids=ids, use_cache=False)
+                rates[rows].append(rows * ROW_TOKENS * calls / (time.perf_counter() - started))
+    return rates
+
+
+def engine_for(judge):
+    def make(pass_tokens: int) -> TransformersEngine:
+        with lab(features=EngineFeatures(), pass_tokens=pass_tokens):
+            return TransformersEngine(judge)
+
+    return make
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--values", default="1000000,4096,2048,1024")
+    ap.add_argument("--samples", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--name", default="pass_tokens")
+    args = ap.parse_args()
+    values = [int(v) for v in args.values.split(",")]
+    judge = load_judge()
+    inputs = bulk_inputs(args.data, args.samples, CONFIGS["cpu"]["source_chars"])
+    options = bulk_options()
+    SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")  # warm
+    rates = decoder_rates(judge)
+    runs = in_turns(values, engine_for(judge), inputs, options, args.repeats, "pass_tokens")
+    lines = [
+        f"# Tokens a pass on a CPU (torch threads {torch.get_num_threads()})",
+        "",
+        f"## The bare decoder by pass size (rows of {ROW_TOKENS} tokens, linears prepacked; two turns)",
+        "",
+        "| rows a call | tokens a pass | tokens/s, each turn |",
+        "|---|---|---|",
+        *(f"| {rows} | {rows * ROW_TOKENS} | {' / '.join(f'{r:.0f}' for r in rates[rows])} |" for rows in ROWS),
+        "",
+        f"## The full engine on the bulk workload ({len(inputs)} samples, {args.repeats} runs a cap, in turns)",
+        "",
+        *turns_table(runs, values, len(inputs), "tokens a pass at most"),
+    ]
+    publish(args.name, lines)
+
+
+if __name__ == "__main__":
+    main()
