@@ -74,7 +74,7 @@ def test_out_of_memory_from_a_layer_or_the_head_in_any_pass_is_recovered(judge, 
         return wrapped
 
     engine.stepper.step = tracked("step", engine.stepper.step)
-    engine.likelihood.one_pass = tracked("likelihood", engine.likelihood.one_pass)
+    engine.likelihood.one_pack = tracked("likelihood", engine.likelihood.one_pack)
     layers = judge.model.get_decoder().layers
     module = layers[len(layers) // 2] if where == "layer" else judge.model.get_output_embeddings()
 

@@ -108,7 +108,9 @@ def test_prompts_fed_in_chunks_equal_prompts_fed_whole(judge, full):
     chunked, stats = run(judge, pass_tokens=40)  # every prompt here is longer: each goes in over several passes
     same(full[0], chunked)
     assert stats.forward_passes > full[1].forward_passes
-    assert stats.prefill_tokens == full[1].prefill_tokens and stats.decoded_tokens == full[1].decoded_tokens
+    # the same decoding; prefill may differ (likelihood groups are packed by the same budget, and a group packed
+    # after another reuses its stored prefix where one packed beside it computes its own)
+    assert stats.decoded_tokens == full[1].decoded_tokens and stats.forced_tokens == full[1].forced_tokens
 
 
 def test_shared_prefix_rows_equal_unshared_rows(judge, full):

@@ -116,6 +116,7 @@ class TransformersEngine(Engine):
             features=features,
             max_rows=self.max_rows,
             token_budget=self.token_budget,
+            pass_tokens=self.capacity.pass_tokens,
             vocab_size=self.sampler.vocab_size,
         )
         self._lock = threading.Lock()  # one run at a time on one model (ascore runs in threads)

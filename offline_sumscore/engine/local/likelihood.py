@@ -1,11 +1,22 @@
 """Likelihood requests (StageRequest.continuation): nothing is generated, so they skip the decoding loop. The prefix
 a group of them shares is computed once and copied to the group's rows, every row's remainder (the end of its
 prompt and its continuation) runs in one ragged pass, and the log-probability of each continuation token is read
-at the position before it."""
+at the position before it. Groups are packed: one pass computes the prefixes of several groups, and the next their
+rows' remainders, within the row cap, the token budget and a pass's tokens. A stage's likelihood rows come in
+groups of one source and a few claims, or of one claim and its baseline: a pass each would be tens of tokens, and a
+pass's fixed cost (every layer's weights read once, its calls) would dominate.
+
+    groups:  [source A: 3 claims] [source B: 2 claims] [baseline 1] [baseline 2] ...
+    pass 0:  the chat preamble they all open with, once, into the prefix store (where it is not there yet)
+    pass 1:  A's prefix | B's prefix | baseline 1's | baseline 2's     (each in its group's first slot, from the
+             stored preamble on)
+    fork:    A's prefix into A's other slots, B's into B's
+    pass 2:  every row's remainder and continuation, log-probabilities read"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -14,12 +25,20 @@ from offline_sumscore.engine.local.features import EngineFeatures, EngineStats
 from offline_sumscore.engine.local.forward import Passes
 from offline_sumscore.engine.local.kv_slots import KVSlots
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone, halves
-from offline_sumscore.engine.local.prefix_store import PrefixStore
+from offline_sumscore.engine.local.prefix_store import STORE_BLOCK, PrefixStore
 from offline_sumscore.engine.local.rows import Row
 from offline_sumscore.engine.local.scheduler import common_prefix, split_by_prefix
 from offline_sumscore.engine.local.transfer import to_device
 
 READ_AT_ONCE = 256  # continuation tokens projected onto the vocabulary together
+
+
+@dataclass(frozen=True)
+class PrefixGroup:
+    """Rows whose prompts open with the same prefix, computed once in the first row's slot."""
+
+    rows: list[Row]
+    prefix: list[int]
 
 
 class LikelihoodPath:
@@ -33,18 +52,20 @@ class LikelihoodPath:
         features: EngineFeatures,
         max_rows: int,
         token_budget: int,
+        pass_tokens: int,
         vocab_size: int,
     ):
         self.passes, self.store, self.memory, self.stats, self.features = passes, store, memory, stats, features
-        self.max_rows, self.token_budget, self.vocab_size = max_rows, token_budget, vocab_size
+        self.max_rows, self.token_budget, self.pass_tokens = max_rows, token_budget, pass_tokens
+        self.vocab_size = vocab_size
         self._kept: KVSlots | None = None
 
     def _slots(self, rows: int) -> KVSlots:
-        """KV slots for one group's pass. On a CPU one set serves every group, emptied between them, taken from the
+        """KV slots for one pack's passes. On a CPU one set serves every pack, emptied between them, taken from the
         judge's idle ones for each score() (Passes.take_slots): a fresh set per group (tens of MB a layer, each
         group's of another size) left the heap more fragmented with every group, and the resident memory of a long
-        run crept up while the memory in use stayed flat. On a GPU a fresh set per group, which PyTorch's caching
-        allocator recycles, so that the decoding batch can use that memory between groups."""
+        run crept up while the memory in use stayed flat. On a GPU a fresh set per pack, which PyTorch's caching
+        allocator recycles, so that the decoding batch can use that memory between packs."""
         if self.passes.device.type != "cpu":
             return self.passes.slots(rows)
         if self._kept is None:
@@ -53,50 +74,110 @@ class LikelihoodPath:
         return self._kept
 
     def score(self, rows: list[Row]) -> None:
-        """Every likelihood row, group by group (rows that share a prompt prefix, whichever sample they belong to),
-        in batches within the row cap and the token budget."""
+        """Every likelihood row: grouped by shared prefix (rows that share a prompt prefix, whichever sample they
+        belong to), the groups packed into batches (packs)."""
         try:
-            for group in split_by_prefix(rows) if self.features.shared_prefix else [[r] for r in rows]:
-                prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
-                size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
-                for at in range(0, len(group), size):
-                    self.batch(group[at : at + size], prefix)
+            for pack in self.packs(rows):
+                self.batch(pack)
         finally:
             if self._kept is not None:  # back to the judge for the next call (Passes.take_slots)
                 self.passes.give_slots(self._kept)
                 self._kept = None
 
-    def batch(self, rows: list[Row], prefix: list[int]) -> None:
-        """One pass; out of memory: two halves, down to a row that cannot run alone, which fails loudly."""
-        if self.memory.attempt(self.one_pass, rows, prefix):
-            return
-        if len(rows) == 1:
-            fail_alone(rows)
-            return
-        for half in halves(rows):
-            self.batch(half, prefix)
+    def packs(self, rows: list[Row]) -> list[list[PrefixGroup]]:
+        """The groups, each cut to what one batch holds (the row cap; the token budget over its longest prompt,
+        slots being as wide as their widest row), packed in order while a pack fits (fits). Depends on the prompts
+        only."""
+        parts = []
+        for group in split_by_prefix(rows) if self.features.shared_prefix else [[r] for r in rows]:
+            prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
+            size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
+            parts += [PrefixGroup(group[at : at + size], prefix) for at in range(0, len(group), size)]
+        packs: list[list[PrefixGroup]] = []
+        for part in parts:
+            if packs and self.fits(packs[-1] + [part]):
+                packs[-1].append(part)
+            else:
+                packs.append([part])
+        return packs
 
-    def one_pass(self, rows: list[Row], prefix: list[int]) -> None:
-        """The group's prefix once, in the first row's slot (its stored part copied from the prefix store), copied
-        into the other rows' slots; then every row's remainder, its continuation included, in one ragged pass."""
+    def fits(self, pack: list[PrefixGroup]) -> bool:
+        """Within the row cap, the token budget (rows x the widest prompt) and, for each of its two passes, the
+        tokens a pass carries (prefixes counted whole, before the prefix store serves any)."""
+        rows = [r for g in pack for r in g.rows]
+        prefixes = sum(len(g.prefix) for g in pack)
+        rests = sum(len(r.prompt_ids) - len(g.prefix) for g in pack for r in g.rows)
+        return (
+            len(rows) <= self.max_rows
+            and len(rows) * max(len(r.prompt_ids) for r in rows) <= self.token_budget
+            and max(prefixes, rests) <= self.pass_tokens
+        )
+
+    def opening(self, pack: list[PrefixGroup]) -> list[int]:
+        """The start that every group's prefix in the pack shares (a chat preamble, a source under two groups), in
+        whole blocks of the prefix store, where the store lacks it: computed once, in a pass of its own before the
+        prefixes, and stored, so that every group's prefix starts from it instead of computing it again beside the
+        others. None ([]) for a lone group or where the store is off."""
+        if len(pack) < 2 or not self.store.budget:
+            return []
+        shared = common_prefix([g.prefix for g in pack], min(len(g.prefix) for g in pack))
+        shared = shared[: len(shared) // STORE_BLOCK * STORE_BLOCK]
+        if not shared or self.store.longest([shared])[0][1] >= len(shared):
+            return []
+        return shared
+
+    def batch(self, pack: list[PrefixGroup]) -> None:
+        """One pack; out of memory: two halves (of its groups, or of a lone group's rows), down to a row that cannot
+        run alone, which fails loudly."""
+        if self.memory.attempt(self.one_pack, pack):
+            return
+        if len(pack) > 1:
+            halved = halves(pack)
+        elif len(pack[0].rows) > 1:
+            halved = [[PrefixGroup(rows, pack[0].prefix)] for rows in halves(pack[0].rows)]
+        else:
+            fail_alone(pack[0].rows)
+            return
+        for half in halved:
+            self.batch(half)
+
+    def one_pack(self, pack: list[PrefixGroup]) -> None:
+        """Each group's prefix once, in its first row's slot (its stored part copied from the prefix store), all in
+        one pass, then copied into the group's other slots; then every row's remainder, its continuation included,
+        in one ragged pass."""
         now = time.perf_counter()
+        rows = [r for g in pack for r in g.rows]
         slots = self._slots(len(rows))
         slots.place(len(rows))
-        (kv, kept), start = self.store.longest([prefix])[0], len(prefix)
-        if kept:
-            slots.write(0, kv, kept)
-            self.stats.stored_tokens += kept
-        if start > kept:
-            feeds = [prefix[kept:]] + [[]] * (len(rows) - 1)
-            self.passes.run(slots, feeds, [kept] + [0] * (len(rows) - 1), kind="likelihood")
-            self.stats.prefill_tokens += start - kept
-            self.store.keep(prefix, slots, 0)
-        slots.fork(0, list(range(1, len(rows))), start)
-        rests = [r.prompt_ids[start:] for r in rows]
-        hidden, offsets = self.passes.run(slots, rests, [start] * len(rows), kind="likelihood")
+        leads = [sum(len(g.rows) for g in pack[:i]) for i in range(len(pack))]  # each group's first slot
+        opening = self.opening(pack)
+        if opening:
+            self.passes.run(slots, [opening] + [[]] * (len(rows) - 1), [0] * len(rows), kind="likelihood")
+            self.stats.prefill_tokens += len(opening)
+            self.store.keep(opening, slots, 0)
+        feeds, starts = [[] for _ in rows], [0] * len(rows)
+        for group, lead in zip(pack, leads):
+            (kv, kept) = self.store.longest([group.prefix])[0]
+            if kept:
+                slots.write(lead, kv, kept)
+                self.stats.stored_tokens += kept
+            feeds[lead], starts[lead] = group.prefix[kept:], kept
+        if any(feeds):
+            self.passes.run(slots, feeds, starts, kind="likelihood")
+            self.stats.prefill_tokens += sum(map(len, feeds))
+            for group, lead in zip(pack, leads):
+                if feeds[lead]:
+                    self.store.keep(group.prefix, slots, lead)
+        for group, lead in zip(pack, leads):
+            slots.fork(lead, list(range(lead + 1, lead + len(group.rows))), len(group.prefix))
+        rests = [r.prompt_ids[len(g.prefix) :] for g in pack for r in g.rows]
+        hidden, offsets = self.passes.run(
+            slots, rests, [len(g.prefix) for g in pack for _ in g.rows], kind="likelihood"
+        )
         self.stats.prefill_tokens += sum(len(rest) for rest in rests)
-        for row in rows:
-            row.start_scoring(start, now)
+        for group in pack:
+            for row in group.rows:
+                row.start_scoring(len(group.prefix), now)
         self.read(rows, [len(rest) for rest in rests], hidden, offsets)
         for row in rows:
             row.finish()
