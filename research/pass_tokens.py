@@ -12,7 +12,6 @@ verdicts against the first cap's; 1000000 is no cap. Writes results/pass_tokens.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -22,11 +21,9 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
-from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine  # noqa: E402
 from offline_sumscore.engine.local.lab import lab  # noqa: E402
-from research.row_cap import bulk_options, in_turns, turns_table  # noqa: E402
+from research.row_cap import in_turns, turns_parser, turns_table, warm_bulk  # noqa: E402
 from research.tables import publish  # noqa: E402
 
 ROW_TOKENS = 360  # about a bulk prompt's length
@@ -59,18 +56,11 @@ def engine_for(judge):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, required=True)
+    ap = turns_parser(__doc__.splitlines()[0], samples=40, name="pass_tokens")
     ap.add_argument("--values", default="1000000,4096,2048,1024")
-    ap.add_argument("--samples", type=int, default=40)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--name", default="pass_tokens")
     args = ap.parse_args()
     values = [int(v) for v in args.values.split(",")]
-    judge = load_judge()
-    inputs = bulk_inputs(args.data, args.samples, CONFIGS["cpu"]["source_chars"])
-    options = bulk_options()
-    SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")  # warm
+    judge, inputs, options = warm_bulk(args.data, args.samples)
     rates = decoder_rates(judge)
     runs = in_turns(values, engine_for(judge), inputs, options, args.repeats, "pass_tokens")
     lines = [

@@ -81,19 +81,31 @@ def bulk_options() -> dict:
     return options
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def turns_parser(description: str, *, samples: int, name: str) -> argparse.ArgumentParser:
+    """The options every in-turns script takes (its own list of values comes on top)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--caps", default="64,128,256")
-    ap.add_argument("--samples", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=samples)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--name", default="row_cap")
+    ap.add_argument("--name", default=name)
+    return ap
+
+
+def warm_bulk(data: Path, samples: int) -> tuple:
+    """The embedded judge, the bulk workload's inputs and options, and one warm-up run of two samples."""
+    judge = load_judge()
+    inputs = bulk_inputs(data, samples, CONFIGS["cpu"]["source_chars"])
+    options = bulk_options()
+    SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")
+    return judge, inputs, options
+
+
+def main() -> None:
+    ap = turns_parser(__doc__.splitlines()[0], samples=100, name="row_cap")
+    ap.add_argument("--caps", default="64,128,256")
     args = ap.parse_args()
     caps = [int(c) for c in args.caps.split(",")]
-    judge = load_judge()
-    inputs = bulk_inputs(args.data, args.samples, CONFIGS["cpu"]["source_chars"])
-    options = bulk_options()
-    SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")  # warm
+    judge, inputs, options = warm_bulk(args.data, args.samples)
     runs = in_turns(caps, lambda cap: TransformersEngine(judge, batch_size=cap), inputs, options, args.repeats, "cap")
     lines = [
         f"# Row cap on a CPU: the full engine on the bulk workload ({len(inputs)} samples, {args.repeats} runs a cap)",
