@@ -157,10 +157,11 @@ class LikelihoodPath:
             self.store.keep(opening, slots, 0)
         feeds, starts = [[] for _ in rows], [0] * len(rows)
         for group, lead in zip(pack, leads):
-            (kv, kept) = self.store.longest([group.prefix])[0]
-            if kept:
+            (kv, kept), held = self.store.longest([group.prefix])[0], slots.filled[lead]  # held: the opening
+            if kept > held:
                 slots.write(lead, kv, kept)
-                self.stats.stored_tokens += kept
+                self.stats.stored_tokens += kept - held
+            kept = max(kept, held)
             feeds[lead], starts[lead] = group.prefix[kept:], kept
         if any(feeds):
             self.passes.run(slots, feeds, starts, kind="likelihood")

@@ -108,15 +108,15 @@ def plan_step(batch, drafter: Drafter, pass_tokens: int) -> StepPlan | None:
     ]
     if not feeding:
         return None
-    fed = fed_per_row(rows, feeding, pass_tokens)
-    whole = [s for s in feeding if fed.get(s, 0) == len(rows[s].pending)]
+    pending = {s: rows[s].pending for s in feeding}  # a property that slices: read once a step
+    fed = fed_per_row(rows, pending, pass_tokens)
+    whole = [s for s in feeding if s in fed and fed[s] == len(pending[s])]
     drafts = drafter.propose(rows, whole, sum(fed.values()), pass_tokens)
     feeds, mask_row = [], 0
     for s in feeding:
         if s not in fed:
             continue
-        pending = rows[s].pending
-        feed = Feed(s, pending[: fed[s]], drafts.get(s), mask_row, chunk=fed[s] < len(pending))
+        feed = Feed(s, pending[s][: fed[s]], drafts.get(s), mask_row, chunk=fed[s] < len(pending[s]))
         feeds.append(feed)
         mask_row += feed.mask_rows
     tokens: list[list[int]] = [[] for _ in rows]
@@ -126,17 +126,17 @@ def plan_step(batch, drafter: Drafter, pass_tokens: int) -> StepPlan | None:
     return StepPlan(feeds, tokens, starts)
 
 
-def fed_per_row(rows, feeding: list[int], pass_tokens: int) -> dict[int, int]:
-    """How many of its pending tokens each feeding row feeds, within pass_tokens a pass (as vLLM's
+def fed_per_row(rows, pending: dict[int, list[int]], pass_tokens: int) -> dict[int, int]:
+    """How many of its pending tokens (pending, by slot) each feeding row feeds, within pass_tokens a pass (as vLLM's
     max_num_batched_tokens): rows past their prompt first (a pick and the tokens forced after it, a few each), then
     prompts in the order their rows were admitted, the last one cut to what is left. A row left out feeds in a
     later step. On a CPU a pass of many thousand tokens runs slower per token than one of a few thousand: the
     activations of each layer no longer fit the cache."""
-    order = sorted(feeding, key=lambda s: (rows[s].computed < len(rows[s].prompt_ids), rows[s].admitted, s))
+    order = sorted(pending, key=lambda s: (rows[s].computed < len(rows[s].prompt_ids), rows[s].admitted, s))
     fed, left = {}, pass_tokens
     for s in order:
         if left <= 0:
             break
-        fed[s] = min(len(rows[s].pending), left)
+        fed[s] = min(len(pending[s]), left)
         left -= fed[s]
     return fed
