@@ -75,6 +75,22 @@ class RaggedPass:
             self.first_token = indices(np.where(counts[a:b] > 0, self.offsets[a:b], 0), device)
         self.runs = [self._run(a, b) for a, b in self._spans()]
         self._masks: dict[tuple[int, int | None], tuple] = {}  # (kv group, window) -> the pass's masks
+        # The decoding rows' kernel (decode_kernel.py), set by the pass that runs this layout where it applies: each
+        # row that feeds one token reads its own slot's columns, no span, no mask.
+        self.kernel = None
+        self._kernel_rows: dict[int | None, tuple] = {}  # window -> (slots, starts, stops) of the rows feeding one
+
+    def kernel_rows(self, window: int | None) -> tuple:
+        """The slots feeding one token, and the columns [start, stop) each attends (its last `window` under a
+        sliding window): host int64 tensors, as the kernel reads them."""
+        if window not in self._kernel_rows:
+            singles = np.flatnonzero(self.counts == 1)
+            stops = self.filled[singles] + 1
+            starts = np.maximum(stops - window, 0) if window is not None else np.zeros_like(stops)
+            self._kernel_rows[window] = tuple(
+                torch.from_numpy(np.ascontiguousarray(a)) for a in (singles, starts, stops)
+            )
+        return self._kernel_rows[window]
 
     def _spans(self) -> list[tuple[int, int]]:
         """Runs of adjacent slots that feed more than one token; past MAX_RUNS, one span over them all where a
@@ -105,7 +121,9 @@ class RaggedPass:
         query its row's columns up to its own): the padding is the difference."""
         needed = int((self.counts * self.filled + self.counts * (self.counts + 1) // 2).sum())
         computed = 0
-        if self.single is not None:
+        if self.single is not None and self.kernel is not None:  # each row its own columns
+            computed += int((self.filled[self.counts == 1] + 1).sum())
+        elif self.single is not None:
             a, b, stop = self.single_span
             computed += (b - a) * stop
         for run in self.runs:
@@ -136,7 +154,7 @@ class RaggedPass:
         key = (group, window, dtype, softcap)
         if key not in self._masks:
             single = None
-            if self.single is not None:
+            if self.single is not None and (self.kernel is None or softcap):  # the kernel needs none
                 a, b, stop = self.single_span
                 single = additive(self._allowed(slice(a, b), 1, window, stop), group, dtype)
             run_masks = [
@@ -191,6 +209,8 @@ def ragged_attention(
     group = heads // kv_heads
     single_mask, run_masks = layout.masks(group, window, query.dtype, softcap is not None)
     flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
+    if layout.kernel is not None and softcap is None and layout.single is not None:
+        return _with_kernel(flat, key, value, layout, scaling, window, group, run_masks)
     if layout.decoding:  # token r is slot r's: the single call's queries in order, nothing to gather or scatter
         a, b, stop = layout.single_span
         o = _gqa(flat[:, :, None], key[a:b, :, :stop], value[a:b, :, :stop], single_mask, scaling, group, softcap)
@@ -202,20 +222,48 @@ def ragged_attention(
         o = _gqa(q, key[a:b, :, :stop], value[a:b, :, :stop], single_mask, scaling, group, softcap)[:, :, 0]
         rows, tokens = layout.single
         out.index_copy_(0, tokens, o.index_select(0, rows))
+    _attend_runs(flat, key, value, layout, scaling, group, run_masks, out, softcap)
+    return out[None]
+
+
+def _attend_runs(flat, key, value, layout: RaggedPass, scaling, group, run_masks, out, softcap=None) -> None:
+    """Each run's tokens (a prompt, a draft) attend in a call of their own, written into out at their places."""
+    heads = flat.shape[1]
     for run, mask in zip(layout.runs, run_masks):
+        at = int(layout.offsets[run.first])  # one slot's tokens lie together in the pass, in order: no gathers
         if mask is None:  # a fresh prompt alone: SDPA's causal mask, the keys of its own width
-            q = flat.index_select(0, run.tokens).transpose(0, 1)[None]  # [1, heads, width, dim]
+            q = flat[at : at + run.width].transpose(0, 1)[None]  # [1, heads, width, dim]
             keys, values = key[run.first : run.end, :, : run.width], value[run.first : run.end, :, : run.width]
             o = torch.nn.functional.scaled_dot_product_attention(
                 q, keys, values, is_causal=True, scale=scaling, enable_gqa=group > 1
             )
-            out.index_copy_(0, run.tokens, o[0].transpose(0, 1))
+            out[at : at + run.width] = o[0].transpose(0, 1)
+            continue
+        keys, values = key[run.first : run.end, :, : run.stop], value[run.first : run.end, :, : run.stop]
+        if run.end - run.first == 1:
+            q = flat[at : at + run.width].transpose(0, 1)[None]
+            out[at : at + run.width] = _gqa(q, keys, values, mask, scaling, group, softcap)[0].transpose(0, 1)
             continue
         grid = flat.new_zeros((run.end - run.first, run.width, heads, flat.shape[-1]))
         grid[run.slot, run.step] = flat.index_select(0, run.tokens)
-        keys, values = key[run.first : run.end, :, : run.stop], value[run.first : run.end, :, : run.stop]
         o = _gqa(grid.transpose(1, 2), keys, values, mask, scaling, group, softcap).transpose(1, 2)
         out.index_copy_(0, run.tokens, o[run.slot, run.step])
+
+
+def _with_kernel(flat, key, value, layout: RaggedPass, scaling, window, group, run_masks) -> torch.Tensor:
+    """ragged_attention with the decoding rows' kernel: the rows feeding one token read their own columns; the runs
+    (prompts, drafts) attend as ragged_attention's own loop does. Returns [1, tokens, heads, dim]."""
+    tokens, heads, dim = flat.shape
+    scale = scaling if scaling is not None else dim**-0.5
+    slots, starts, stops = layout.kernel_rows(window)
+    if layout.decoding:  # token r is slot r's
+        q = flat.contiguous().view(tokens, heads // group, group, dim)
+        return layout.kernel(q, key, value, slots, starts, stops, scale).view(1, tokens, heads, dim)
+    rows_tokens = layout.single[1]
+    q = flat.index_select(0, rows_tokens).view(len(slots), heads // group, group, dim)
+    out = torch.empty_like(flat)
+    out.index_copy_(0, rows_tokens, layout.kernel(q, key, value, slots, starts, stops, scale).view(-1, heads, dim))
+    _attend_runs(flat, key, value, layout, scaling, group, run_masks, out)
     return out[None]
 
 

@@ -84,11 +84,7 @@ class TransformersEngine(Engine):
         self.memory = MemoryGuard(self.device, self.stats)
         self.heap = HeapTrimmer(self.stats) if self.device.type == "cpu" else None
         self.passes = Passes(
-            judge.model,
-            max_rows=self.max_rows,
-            stats=self.stats,
-            on_timing=settings.on_timing,
-            spares=judge.spare_slots,
+            judge.model, max_rows=self.max_rows, stats=self.stats, spares=judge.spare_slots, lab=settings
         )
         self.sampler = Sampler(
             judge,
@@ -131,6 +127,7 @@ class TransformersEngine(Engine):
             "capacity": self.capacity.reason,
             "device_share": self.device_share,
             "attention": self.attention,  # ragged passes attend with ours, whatever the model was loaded with
+            "decode_attention": self.passes.decode_attention,  # the decoding rows' kernel, or SDPA and why
             "loaded_attention": self.loaded_attention,
             "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
             "shared_prefix": f.shared_prefix,

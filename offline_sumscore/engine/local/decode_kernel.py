@@ -1,0 +1,87 @@
+"""The decoding rows' attention kernel on a CPU (decode_kernel.cpp): where it runs, its build, and why not elsewhere.
+
+A ragged pass's decoding rows (one token each) attend in one call. Through SDPA that call covers a span of slots up to
+its longest row, masked: at bulk 40% of its cells were padding, and SDPA moved about 9 GB/s of keys and values where
+the machine streams 26 (research/results/decode_kernel.md). The kernel reads each row's own columns once.
+
+It is C++ with AVX-512 intrinsics, built with torch.utils.cpp_extension at first use (g++ and ninja, about 35 s) and
+cached by torch (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions) for later runs. It runs where it can:
+float32 on a CPU with AVX-512, a head dimension of 16 to 96, 128 or 256, no softcap. Elsewhere (a GPU, bfloat16, a
+CPU without AVX-512, Gemma-2's softcapped scores) the rows attend through SDPA, and the engine's description says
+which and why (`judge.engine.decode_attention`). Where it should run and its build fails, the engine says so loudly
+(a warning with the compiler's message) and runs on SDPA.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("decode_kernel.cpp")
+HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)
+FLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
+
+_lock = threading.Lock()
+_built: dict[str, object] = {}  # "module" or "error", once per process
+
+
+def why_not(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+    """Why the kernel does not apply to this judge, in a few words; None where it does."""
+    if device.type != "cpu":
+        return f"on {device.type} the rows attend through SDPA"
+    if dtype != torch.float32:
+        return f"the kernel is float32 only (the judge runs {str(dtype).removeprefix('torch.')})"
+    if head_dim not in HEAD_DIMS:
+        return f"no kernel for head dimension {head_dim}"
+    capability = torch.backends.cpu.get_cpu_capability()
+    if "AVX512" not in capability:
+        return f"the kernel needs AVX-512 (this CPU: {capability})"
+    return None
+
+
+def build():
+    """The compiled module (built at first use, torch's cache after); raises RuntimeError naming what failed."""
+    with _lock:
+        if "module" in _built:
+            return _built["module"]
+        if "error" in _built:
+            raise RuntimeError(_built["error"])
+        from torch.utils.cpp_extension import load_inline
+
+        try:
+            module = load_inline(
+                name="offline_sumscore_decode_attention",
+                cpp_sources=SOURCE.read_text(),
+                functions=["decode_attention"],
+                extra_cflags=FLAGS,
+                extra_ldflags=["-fopenmp"],  # torch's own libgomp, already loaded: one OpenMP runtime
+                verbose=False,
+            )
+        except Exception as e:  # the compiler, ninja or a broken cache: what it said, where it lies
+            _built["error"] = (
+                f"the decoding rows' attention kernel ({SOURCE.name}) could not be built or loaded: "
+                f"{type(e).__name__}: {str(e).strip()[-600:]} (torch builds it under TORCH_EXTENSIONS_DIR, else "
+                "~/.cache/torch_extensions; removing that folder forces a fresh build)"
+            )
+            raise RuntimeError(_built["error"]) from e
+        _built["module"] = module
+        return module
+
+
+def decode_kernel(device: torch.device, dtype: torch.dtype, head_dim: int, wanted: bool = True):
+    """(the kernel's function or None, what the decoding rows attend with, in words). Where the kernel applies and
+    its build fails: a warning, and SDPA."""
+    if not wanted:
+        return None, "sdpa (the kernel switched off)"
+    reason = why_not(device, dtype, head_dim)
+    if reason is not None:
+        return None, f"sdpa ({reason})"
+    try:
+        module = build()
+    except RuntimeError as e:
+        warnings.warn(f"{e}. The decoding rows attend through SDPA instead: slower, the same verdicts.", stacklevel=2)
+        return None, f"sdpa (the kernel failed to build: {e})"
+    return module.decode_attention, "kernel (decode_kernel.cpp, AVX-512)"
