@@ -12,6 +12,7 @@ Where each part lives, in the order a request meets them:
 - sampling.py    the grammar's side: forced tokens, masks, greedy picks and P(yes).
 - forward.py     the decoder over KV slots: one ragged pass, the vocabulary projection where tokens are read.
 - attention.py   where a pass's tokens go and what each attends; the attention itself.
+- decode_kernel.py  the decoding rows' attention on a CPU with AVX-512 (decode_kernel.cpp): its build, where it runs.
 - kv_slots.py    the keys and values: one slot per row, in buffers allocated ahead.
 - prefix_store.py  computed prefixes kept across steps, samples and calls.
 - likelihood.py  likelihood requests: one pass, no decoding.
@@ -19,8 +20,9 @@ Where each part lives, in the order a request meets them:
 - memory.py      out of memory, handled one way: halve, or fail loudly alone.
 - host_heap.py   the host's C heap handed back every few hundred passes, so a long CPU run's memory stays flat.
 - features.py    the features the ladder switches, the counters, the timing hook's records.
-- lab.py         the one developer hook: features, the prefix store's and a pass's token budgets and a timing
-                 hook, for the ladder, the profiler and the engine's tests; no user option.
+- lab.py         the one developer hook: features, the prefix store's and a pass's token budgets, a timing hook
+                 and the decoding rows' kernel on or off, for the ladder, the profiler and the engine's tests; no
+                 user option.
 
 One step of the loop (step.py):
 1. Admit waiting units while the row cap and the token budget allow; finished rows left after the last step.
