@@ -75,10 +75,11 @@ def test_where_the_kernel_does_not_apply_the_reason_is_named():
     assert "head dimension 72" in dk.decode_kernel(torch.device("cpu"), torch.float32, 72)[1]
 
 
-def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypatch):
+def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypatch, capsys):
     if not AVX512:
         pytest.skip("the kernel is not built on a CPU without AVX-512")
     monkeypatch.setattr(dk, "_built", {})
+    monkeypatch.setattr(dk, "_cached", lambda: False)  # a first build: the pause is announced
 
     def broken(**kwargs):
         raise OSError("g++: command not found")
@@ -89,5 +90,6 @@ def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypat
         kernel, how = dk.decode_kernel(torch.device("cpu"), torch.float32, 64)
     assert kernel is None and how.startswith("sdpa (the kernel failed to build") and "g++: command not found" in how
     assert any("g++: command not found" in str(w.message) for w in caught)
+    assert "building the decoding rows' attention kernel" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="could not be built"):  # remembered: no second build in the same process
         dk.build()

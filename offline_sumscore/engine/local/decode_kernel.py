@@ -14,6 +14,7 @@ which and why (`judge.engine.decode_attention`). Where it should run and its bui
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("decode_kernel.cpp")
+NAME = "offline_sumscore_decode_attention"  # the module's name in torch's extension cache
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)
 FLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
 
@@ -51,9 +53,11 @@ def build():
             raise RuntimeError(_built["error"])
         from torch.utils.cpp_extension import load_inline
 
+        if not _cached():  # a build takes about 35 s: said, not left as a silent pause
+            print("offline_sumscore: building the decoding rows' attention kernel (once; about 35 s)", file=sys.stderr)
         try:
             module = load_inline(
-                name="offline_sumscore_decode_attention",
+                name=NAME,
                 cpp_sources=SOURCE.read_text(),
                 functions=["decode_attention"],
                 extra_cflags=FLAGS,
@@ -69,6 +73,16 @@ def build():
             raise RuntimeError(_built["error"]) from e
         _built["module"] = module
         return module
+
+
+def _cached() -> bool:
+    """Whether torch's extension cache holds a build of the kernel (then loading it takes a fraction of a second)."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
+
+        return (Path(_get_build_directory(NAME, False)) / f"{NAME}.so").exists()
+    except Exception:  # a private helper of torch's: where it is missing or moved, the message shows every time
+        return False
 
 
 def decode_kernel(device: torch.device, dtype: torch.dtype, head_dim: int, wanted: bool = True):
