@@ -65,7 +65,7 @@ class RaggedPass:
         self.step_of = np.arange(self.tokens) - np.repeat(self.offsets, counts)  # a token's place in its row
         self.row_index = indices(self.row_of, device)
         self.column_index = indices(filled[self.row_of] + self.step_of, device)
-        singles = np.flatnonzero(counts == 1)
+        self.singles = singles = np.flatnonzero(counts == 1)  # the slots feeding one token (decoding rows)
         self.decoding = len(singles) == len(counts) > 0  # every slot feeds one token: no gathers at all
         self.single = None  # the single call: slots [a, b) spanning every slot that feeds one token, and its stop
         if len(singles):
@@ -84,7 +84,7 @@ class RaggedPass:
         """The slots feeding one token, and the columns [start, stop) each attends (its last `window` under a
         sliding window): host int64 tensors, as the kernel reads them."""
         if window not in self._kernel_rows:
-            singles = np.flatnonzero(self.counts == 1)
+            singles = self.singles
             stops = self.filled[singles] + 1
             starts = np.maximum(stops - window, 0) if window is not None else np.zeros_like(stops)
             self._kernel_rows[window] = tuple(
@@ -122,7 +122,7 @@ class RaggedPass:
         needed = int((self.counts * self.filled + self.counts * (self.counts + 1) // 2).sum())
         computed = 0
         if self.single is not None and self.kernel is not None:  # each row its own columns
-            computed += int((self.filled[self.counts == 1] + 1).sum())
+            computed += int((self.filled[self.singles] + 1).sum())
         elif self.single is not None:
             a, b, stop = self.single_span
             computed += (b - a) * stop
@@ -209,21 +209,32 @@ def ragged_attention(
     group = heads // kv_heads
     single_mask, run_masks = layout.masks(group, window, query.dtype, softcap is not None)
     flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
-    if layout.kernel is not None and softcap is None and layout.single is not None:
-        return _with_kernel(flat, key, value, layout, scaling, window, group, run_masks)
     if layout.decoding:  # token r is slot r's: the single call's queries in order, nothing to gather or scatter
-        a, b, stop = layout.single_span
-        o = _gqa(flat[:, :, None], key[a:b, :, :stop], value[a:b, :, :stop], single_mask, scaling, group, softcap)
-        return o[:, :, 0][None]
+        return _single_call(flat, key, value, layout, single_mask, scaling, window, group, softcap)[None]
     out = torch.empty_like(flat)
     if layout.single is not None:
-        a, b, stop = layout.single_span
-        q = flat.index_select(0, layout.first_token)[:, :, None]  # each slot's first token: [slots, heads, 1, dim]
-        o = _gqa(q, key[a:b, :, :stop], value[a:b, :, :stop], single_mask, scaling, group, softcap)[:, :, 0]
-        rows, tokens = layout.single
-        out.index_copy_(0, tokens, o.index_select(0, rows))
+        out.index_copy_(
+            0, layout.single[1], _single_call(flat, key, value, layout, single_mask, scaling, window, group, softcap)
+        )
     _attend_runs(flat, key, value, layout, scaling, group, run_masks, out, softcap)
     return out[None]
+
+
+def _single_call(flat, key, value, layout: RaggedPass, mask, scaling, window, group, softcap) -> torch.Tensor:
+    """The outputs of the tokens of slots that feed one token (the decoding rows), in slot order: [rows, heads, dim].
+    With the kernel (decode_kernel.py) each row reads its own columns; through SDPA one call spans their slots up to
+    the longest row, masked (and so with a softcap, which the kernel does not compute)."""
+    _, heads, dim = flat.shape
+    if layout.kernel is not None and softcap is None:
+        slots, starts, stops = layout.kernel_rows(window)
+        q = flat.contiguous() if layout.decoding else flat.index_select(0, layout.single[1])
+        q = q.view(len(slots), heads // group, group, dim)
+        scale = scaling if scaling is not None else dim**-0.5
+        return layout.kernel(q, key, value, slots, starts, stops, scale).view(-1, heads, dim)
+    a, b, stop = layout.single_span
+    q = flat if layout.decoding else flat.index_select(0, layout.first_token)  # each slot's first token
+    o = _gqa(q[:, :, None], key[a:b, :, :stop], value[a:b, :, :stop], mask, scaling, group, softcap)[:, :, 0]
+    return o if layout.decoding else o.index_select(0, layout.single[0])
 
 
 def _attend_runs(flat, key, value, layout: RaggedPass, scaling, group, run_masks, out, softcap=None) -> None:
@@ -248,23 +259,6 @@ def _attend_runs(flat, key, value, layout: RaggedPass, scaling, group, run_masks
         grid[run.slot, run.step] = flat.index_select(0, run.tokens)
         o = _gqa(grid.transpose(1, 2), keys, values, mask, scaling, group, softcap).transpose(1, 2)
         out.index_copy_(0, run.tokens, o[run.slot, run.step])
-
-
-def _with_kernel(flat, key, value, layout: RaggedPass, scaling, window, group, run_masks) -> torch.Tensor:
-    """ragged_attention with the decoding rows' kernel: the rows feeding one token read their own columns; the runs
-    (prompts, drafts) attend as ragged_attention's own loop does. Returns [1, tokens, heads, dim]."""
-    tokens, heads, dim = flat.shape
-    scale = scaling if scaling is not None else dim**-0.5
-    slots, starts, stops = layout.kernel_rows(window)
-    if layout.decoding:  # token r is slot r's
-        q = flat.contiguous().view(tokens, heads // group, group, dim)
-        return layout.kernel(q, key, value, slots, starts, stops, scale).view(1, tokens, heads, dim)
-    rows_tokens = layout.single[1]
-    q = flat.index_select(0, rows_tokens).view(len(slots), heads // group, group, dim)
-    out = torch.empty_like(flat)
-    out.index_copy_(0, rows_tokens, layout.kernel(q, key, value, slots, starts, stops, scale).view(-1, heads, dim))
-    _attend_runs(flat, key, value, layout, scaling, group, run_masks, out)
-    return out[None]
 
 
 def _gqa(query, key, value, mask, scaling, group: int, softcap: float | None = None) -> torch.Tensor:
