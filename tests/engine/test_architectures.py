@@ -145,8 +145,8 @@ def test_the_engine_equals_transformers_forward_pass_on_every_family(family, tok
     reqs = requests()
     mean, text = reference(model, tokenizer, judge, reqs)
     engine = TransformersEngine(judge)
-    if "AVX512" in torch.backends.cpu.get_cpu_capability():  # the decoding rows attend through the kernel here
-        assert engine.describe()["decode_attention"].startswith("kernel")
+    if "AVX512" in torch.backends.cpu.get_cpu_capability():  # every pass attends through the kernel here
+        assert engine.describe()["attention_kernel"].startswith("kernel")
     likelihood, questions = engine.run(reqs)
     assert likelihood.ok and questions.error_kind in (None, "cap"), questions.error
     assert abs(likelihood.value.mean_logprob - mean) < 1e-4, (likelihood.value.mean_logprob, mean)

@@ -19,6 +19,7 @@ from torch.overrides import TorchFunctionMode
 from transformers.integrations import sdpa_attention
 
 from offline_sumscore.engine.local import TransformersEngine, attention
+from offline_sumscore.engine.local.lab import lab
 from offline_sumscore.engine.local.plan import Feed, StepPlan
 from offline_sumscore.engine.local.sampling import unpack
 from tests.engine.test_engine_on_embedded_judge import mix, same
@@ -50,7 +51,9 @@ def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(ju
         return out.reshape(rows, heads, queries, dim)
 
     monkeypatch.setattr(attention, "_gqa", nan_on_blind_rows)
-    results = TransformersEngine(judge).run(mix())
+    with lab(attention_kernel=False):  # SDPA's calls and masks, as on a GPU (the kernel builds no mask)
+        engine = TransformersEngine(judge)
+    results = engine.run(mix())
     assert calls and blind == []
     same(reference, results)
 

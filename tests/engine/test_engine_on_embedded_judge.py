@@ -77,8 +77,10 @@ def mix() -> list[StageRequest]:
     return reqs
 
 
-def run(judge, without=(), pass_tokens=None, decode_kernel=True, **engine_options):
-    settings = dict(features=EngineFeatures().without(*without), pass_tokens=pass_tokens, decode_kernel=decode_kernel)
+def run(judge, without=(), pass_tokens=None, attention_kernel=True, **engine_options):
+    settings = dict(
+        features=EngineFeatures().without(*without), pass_tokens=pass_tokens, attention_kernel=attention_kernel
+    )
     with lab(**settings):  # the engine's developer hook
         engine = TransformersEngine(judge, **engine_options)
     return engine.run(mix()), engine.stats
@@ -114,13 +116,13 @@ def test_prompts_fed_in_chunks_equal_prompts_fed_whole(judge, full):
     assert stats.decoded_tokens == full[1].decoded_tokens and stats.forced_tokens == full[1].forced_tokens
 
 
-def test_decoding_rows_attended_by_the_kernel_equal_rows_attended_through_sdpa(judge, full):
-    with lab(decode_kernel=False):
-        assert TransformersEngine(judge).describe()["decode_attention"] == "sdpa (the kernel switched off)"
-    on = TransformersEngine(judge).describe()["decode_attention"]
+def test_passes_attended_by_the_kernel_equal_passes_attended_through_sdpa(judge, full):
+    with lab(attention_kernel=False):
+        assert TransformersEngine(judge).describe()["attention_kernel"] == "sdpa (the kernel switched off)"
+    on = TransformersEngine(judge).describe()["attention_kernel"]
     if "AVX512" in torch.backends.cpu.get_cpu_capability():  # where it applies it must run, not fall back
         assert on.startswith("kernel"), on
-    sdpa, stats = run(judge, decode_kernel=False)
+    sdpa, stats = run(judge, attention_kernel=False)
     same(full[0], sdpa)
     assert stats.as_dict() | {"seconds": 0} == full[1].as_dict() | {"seconds": 0}  # the same passes, tokens, drafts
 

@@ -12,7 +12,7 @@ Where each part lives, in the order a request meets them:
 - sampling.py    the grammar's side: forced tokens, masks, greedy picks and P(yes).
 - forward.py     the decoder over KV slots: one ragged pass, the vocabulary projection where tokens are read.
 - attention.py   where a pass's tokens go and what each attends; the attention itself.
-- decode_kernel.py  the decoding rows' attention on a CPU with AVX-512 (decode_kernel.cpp): its build, where it runs.
+- attention_kernel.py  a pass's attention on a CPU with AVX-512 (attention_kernel.cpp): its build, where it runs.
 - kv_slots.py    the keys and values: one slot per row, in buffers allocated ahead.
 - prefix_store.py  computed prefixes kept across steps, samples and calls.
 - likelihood.py  likelihood requests: one pass, no decoding.

@@ -8,9 +8,11 @@ the local layers of Gemma-2 and Gemma-3 do) and softcapped scores (`softcap`: ta
 mask, as Gemma-2 does). Columns are positions (each row lies left-aligned in its slot), so a window is a bound on
 columns.
 
-A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. Attention runs as one call over the
-slots that feed one token (a decoding step feeds one token a row, so that is usually the whole pass) plus one call
-per run of adjacent slots that feed more (a prefill, a row with a draft). Each call reads the keys of its own slots
+A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. On a CPU with AVX-512 (float32, no
+softcap) every token attends in one call of the attention kernel (attention_kernel.py): its own slot's columns up to
+its own, nothing padded or masked. Elsewhere attention runs through SDPA, as one call over the slots that feed one
+token (a decoding step feeds one token a row, so that is usually the whole pass) plus one call per run of adjacent
+slots that feed more (a prefill, a row with a draft). Each call reads the keys of its own slots
 only, up to the last column any of them attends (its `stop`), not the whole batch's widest row: a prompt fed
 beside long decoding rows attends its own few hundred columns. On a CPU, where padding costs compute, a run is
 split where padding its slots to one width and stop would cost more cells (queries x keys) than a call does
@@ -24,6 +26,7 @@ span, padded: there a call costs a kernel launch, padding little.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -65,32 +68,48 @@ class RaggedPass:
         self.step_of = np.arange(self.tokens) - np.repeat(self.offsets, counts)  # a token's place in its row
         self.row_index = indices(self.row_of, device)
         self.column_index = indices(filled[self.row_of] + self.step_of, device)
-        self.singles = singles = np.flatnonzero(counts == 1)  # the slots feeding one token (decoding rows)
-        self.decoding = len(singles) == len(counts) > 0  # every slot feeds one token: no gathers at all
-        self.single = None  # the single call: slots [a, b) spanning every slot that feeds one token, and its stop
-        if len(singles):
-            a, b = int(singles[0]), int(singles[-1]) + 1
-            self.single_span = (a, b, int((filled[a:b] + counts[a:b]).max()))
-            self.single = (indices(singles - a, device), indices(self.offsets[singles], device))
-            self.first_token = indices(np.where(counts[a:b] > 0, self.offsets[a:b], 0), device)
-        self.runs = [self._run(a, b) for a, b in self._spans()]
-        self._masks: dict[tuple[int, int | None], tuple] = {}  # (kv group, window) -> the pass's masks
-        # The decoding rows' kernel (decode_kernel.py), set by the pass that runs this layout where it applies: each
-        # row that feeds one token reads its own slot's columns, no span, no mask.
+        self.singles = np.flatnonzero(counts == 1)  # the slots feeding one token (decoding rows)
+        self.decoding = len(self.singles) == len(counts) > 0  # every slot feeds one token: no gathers at all
+        self._masks: dict[tuple, tuple] = {}  # (kv group, window, dtype, softcap) -> the pass's masks
+        # The attention kernel (attention_kernel.py), set by the pass that runs this layout where it applies: every
+        # token reads its own slot's columns in one call, no runs, no grid, no mask.
         self.kernel = None
-        self._kernel_rows: dict[int | None, tuple] = {}  # window -> (slots, starts, stops) of the rows feeding one
+        self._kernel_rows = None
 
-    def kernel_rows(self, window: int | None) -> tuple:
-        """The slots feeding one token, and the columns [start, stop) each attends (its last `window` under a
-        sliding window): host int64 tensors, as the kernel reads them."""
-        if window not in self._kernel_rows:
-            singles = self.singles
-            stops = self.filled[singles] + 1
-            starts = np.maximum(stops - window, 0) if window is not None else np.zeros_like(stops)
-            self._kernel_rows[window] = tuple(
-                torch.from_numpy(np.ascontiguousarray(a)) for a in (singles, starts, stops)
-            )
-        return self._kernel_rows[window]
+    def kernel_rows(self) -> torch.Tensor:
+        """The rows as the kernel reads them: (slot, first token, tokens, columns before them) for each slot that
+        feeds a token, host int64 [rows, 4]."""
+        if self._kernel_rows is None:
+            fed = np.flatnonzero(self.counts > 0)
+            rows = np.stack([fed, self.offsets[fed], self.counts[fed], self.filled[fed]], axis=1)
+            self._kernel_rows = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+        return self._kernel_rows
+
+    @cached_property
+    def single(self) -> tuple | None:
+        """SDPA's single call, over the slots that feed one token: (each such slot's place in the span [a, b), its
+        token's place in the pass), device tensors; None where no slot feeds one token."""
+        if not len(self.singles):
+            return None
+        a = int(self.singles[0])
+        return indices(self.singles - a, self.device), indices(self.offsets[self.singles], self.device)
+
+    @cached_property
+    def single_span(self) -> tuple[int, int, int]:
+        """The single call's slots [a, b), spanning every slot that feeds one token, and the columns it attends."""
+        a, b = int(self.singles[0]), int(self.singles[-1]) + 1
+        return a, b, int((self.filled[a:b] + self.counts[a:b]).max())
+
+    @cached_property
+    def first_token(self) -> torch.Tensor:
+        """Each slot of the single call's span: its first token in the pass (0 for a slot that feeds none)."""
+        a, b, _ = self.single_span
+        return indices(np.where(self.counts[a:b] > 0, self.offsets[a:b], 0), self.device)
+
+    @cached_property
+    def runs(self) -> list[Run]:
+        """SDPA's calls for the slots that feed more than one token (a prompt, a draft)."""
+        return [self._run(a, b) for a, b in self._spans()]
 
     def _spans(self) -> list[tuple[int, int]]:
         """Runs of adjacent slots that feed more than one token; past MAX_RUNS, one span over them all where a
@@ -120,10 +139,10 @@ class RaggedPass:
         """Attention cells (query x key, per kv head) the pass's calls compute, and the cells its tokens need (each
         query its row's columns up to its own): the padding is the difference."""
         needed = int((self.counts * self.filled + self.counts * (self.counts + 1) // 2).sum())
+        if self.kernel is not None:  # each token its own columns (a block's later columns, masked, not counted)
+            return needed, needed
         computed = 0
-        if self.single is not None and self.kernel is not None:  # each row its own columns
-            computed += int((self.filled[self.singles] + 1).sum())
-        elif self.single is not None:
+        if self.single is not None:
             a, b, stop = self.single_span
             computed += (b - a) * stop
         for run in self.runs:
@@ -154,7 +173,7 @@ class RaggedPass:
         key = (group, window, dtype, softcap)
         if key not in self._masks:
             single = None
-            if self.single is not None and (self.kernel is None or softcap):  # the kernel needs none
+            if self.single is not None:
                 a, b, stop = self.single_span
                 single = additive(self._allowed(slice(a, b), 1, window, stop), group, dtype)
             run_masks = [
@@ -204,33 +223,29 @@ def ragged_attention(
     query, key, value, layout: RaggedPass, scaling, window: int | None = None, softcap: float | None = None
 ) -> torch.Tensor:
     """Attention for a ragged pass: query [1, heads, tokens, dim] (the pass's tokens, flat), key and value every
-    slot's columns [slots, kv heads, columns, dim]. Returns [1, tokens, heads, dim]."""
-    heads, kv_heads = query.shape[1], key.shape[1]
+    slot's columns [slots, kv heads, columns, dim]. Returns [1, tokens, heads, dim]. With the kernel, one call for
+    every token; through SDPA, one call for the decoding rows and one for each run (a softcap is SDPA's alone)."""
+    heads, kv_heads, dim = query.shape[1], key.shape[1], query.shape[-1]
     group = heads // kv_heads
-    single_mask, run_masks = layout.masks(group, window, query.dtype, softcap is not None)
     flat = query[0].transpose(0, 1)  # [tokens, heads, dim]
+    if layout.kernel is not None and softcap is None:
+        q = flat.contiguous().view(layout.tokens, kv_heads, group, dim)
+        scale = scaling if scaling is not None else dim**-0.5
+        return layout.kernel(q, key, value, layout.kernel_rows(), window or 0, scale).view(1, -1, heads, dim)
+    single_mask, run_masks = layout.masks(group, window, query.dtype, softcap is not None)
     if layout.decoding:  # token r is slot r's: the single call's queries in order, nothing to gather or scatter
-        return _single_call(flat, key, value, layout, single_mask, scaling, window, group, softcap)[None]
+        return _single_call(flat, key, value, layout, single_mask, scaling, group, softcap)[None]
     out = torch.empty_like(flat)
     if layout.single is not None:
-        out.index_copy_(
-            0, layout.single[1], _single_call(flat, key, value, layout, single_mask, scaling, window, group, softcap)
-        )
+        decoded = _single_call(flat, key, value, layout, single_mask, scaling, group, softcap)
+        out.index_copy_(0, layout.single[1], decoded)
     _attend_runs(flat, key, value, layout, scaling, group, run_masks, out, softcap)
     return out[None]
 
 
-def _single_call(flat, key, value, layout: RaggedPass, mask, scaling, window, group, softcap) -> torch.Tensor:
+def _single_call(flat, key, value, layout: RaggedPass, mask, scaling, group, softcap) -> torch.Tensor:
     """The outputs of the tokens of slots that feed one token (the decoding rows), in slot order: [rows, heads, dim].
-    With the kernel (decode_kernel.py) each row reads its own columns; through SDPA one call spans their slots up to
-    the longest row, masked (and so with a softcap, which the kernel does not compute)."""
-    _, heads, dim = flat.shape
-    if layout.kernel is not None and softcap is None:
-        slots, starts, stops = layout.kernel_rows(window)
-        q = flat.contiguous() if layout.decoding else flat.index_select(0, layout.single[1])
-        q = q.view(len(slots), heads // group, group, dim)
-        scale = scaling if scaling is not None else dim**-0.5
-        return layout.kernel(q, key, value, slots, starts, stops, scale).view(-1, heads, dim)
+    One SDPA call spans their slots up to the longest row, masked."""
     a, b, stop = layout.single_span
     q = flat if layout.decoding else flat.index_select(0, layout.first_token)  # each slot's first token
     o = _gqa(q[:, :, None], key[a:b, :, :stop], value[a:b, :, :stop], mask, scaling, group, softcap)[:, :, 0]

@@ -127,7 +127,7 @@ class TransformersEngine(Engine):
             "capacity": self.capacity.reason,
             "device_share": self.device_share,
             "attention": self.attention,  # ragged passes attend with ours, whatever the model was loaded with
-            "decode_attention": self.passes.decode_attention,  # the decoding rows' kernel, or SDPA and why
+            "attention_kernel": self.passes.attention,  # the passes' attention kernel, or SDPA and why
             "loaded_attention": self.loaded_attention,
             "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
             "shared_prefix": f.shared_prefix,

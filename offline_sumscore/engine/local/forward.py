@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 import torch
 
-from offline_sumscore.engine.local.decode_kernel import decode_kernel as decode_kernel_for
+from offline_sumscore.engine.local.attention_kernel import attention_kernel
 from offline_sumscore.engine.local.features import EngineStats, Timing
 from offline_sumscore.engine.local.kv_slots import KVGeometry, KVSlots
 from offline_sumscore.engine.local.lab import LabSettings
@@ -26,14 +26,12 @@ class Passes:
         spares: list[KVSlots] | None = None,
         lab: LabSettings | None = None,
     ):
-        """lab: the developer hook's settings (lab.py): a timing hook, the decoding rows' kernel on or off."""
+        """lab: the developer hook's settings (lab.py): a timing hook, the attention kernel on or off."""
         lab = lab or LabSettings()
         self.model, self.max_rows, self.stats, self.on_timing = model, max_rows, stats, lab.on_timing
-        # The decoding rows' attention kernel where it applies (None: SDPA), and what they attend with, in words.
+        # The attention kernel where it applies (None: SDPA), and what passes attend with, in words.
         head_dim = KVGeometry.of(model.config, model.dtype).head_dim
-        self.decode_kernel, self.decode_attention = decode_kernel_for(
-            model.device, model.dtype, head_dim, lab.decode_kernel
-        )
+        self.kernel, self.attention = attention_kernel(model.device, model.dtype, head_dim, lab.attention_kernel)
         self.spares = spares if spares is not None else []  # the judge's idle KV slots (take_slots)
         # slots taken -> stats.nan_rows then (give_slots); weak, so slots a failed run dropped leave no entry
         self._nan_rows_at_take: weakref.WeakKeyDictionary[KVSlots, int] = weakref.WeakKeyDictionary()
@@ -80,7 +78,7 @@ class Passes:
         first token in them. Raises with the slots as they were. kind names the pass for the timing hook."""
         started = time.perf_counter()
         layout = slots.begin([len(f) for f in feeds])
-        layout.kernel = self.decode_kernel
+        layout.kernel = self.kernel
         ids = np.fromiter((t for f in feeds for t in f), dtype=np.int64, count=layout.tokens)[None]
         positions = (np.repeat(np.asarray(starts, dtype=np.int64), layout.counts) + layout.step_of)[None]
         try:

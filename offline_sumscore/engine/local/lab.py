@@ -26,7 +26,7 @@ class LabSettings:
     store_tokens: int | None = None  # the prefix store's budget in tokens (None: a quarter of the token budget)
     pass_tokens: int | None = None  # tokens a pass computes at most (None: the device's default, capacity.py)
     on_timing: Callable[[Timing], None] | None = None  # called with every timed pass and mask fill (the profiler)
-    decode_kernel: bool = True  # the decoding rows' attention kernel where it applies (decode_kernel.py); else SDPA
+    attention_kernel: bool = True  # the passes' attention kernel where it applies (attention_kernel.py); else SDPA
 
 
 _current = LabSettings()

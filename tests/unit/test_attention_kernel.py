@@ -1,4 +1,4 @@
-"""The decoding rows' attention kernel (engine/local/decode_kernel.cpp) against each row's own attention computed
+"""The passes' attention kernel (engine/local/attention_kernel.cpp) against each token's own attention computed
 plainly, and where it runs. Built at first use (about 35 s once; torch caches the build)."""
 
 import warnings
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from offline_sumscore.engine.local import decode_kernel as dk
+from offline_sumscore.engine.local import attention_kernel as dk
 from offline_sumscore.engine.local.attention import RaggedPass, ragged_attention
 
 AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
@@ -31,12 +31,14 @@ def reference(q, keys, values, filled, counts, group, window=None, scale=None):
 
 
 @needs_avx512
-@pytest.mark.parametrize("dim,kv_heads,group", [(64, 3, 3), (128, 2, 4), (32, 1, 7), (96, 4, 1), (256, 1, 2)])
-@pytest.mark.parametrize("counts", [[1, 1, 1, 1], [1, 0, 5, 1, 1, 3, 0, 1], [20, 1, 1], [0, 1, 1, 40]])
+@pytest.mark.parametrize(
+    "dim,kv_heads,group", [(64, 3, 3), (128, 2, 4), (32, 1, 7), (96, 4, 1), (256, 1, 2), (16, 1, 8)]
+)
+@pytest.mark.parametrize("counts", [[1, 1, 1, 1], [1, 0, 5, 1, 1, 3, 0, 1], [20, 1, 1], [0, 1, 1, 40], [2, 17, 33]])
 @pytest.mark.parametrize("window", [None, 7])
-def test_kernel_rows_equal_each_rows_own_attention(dim, kv_heads, group, counts, window):
+def test_every_token_of_a_pass_equals_its_own_attention(dim, kv_heads, group, counts, window):
     torch.manual_seed(0)
-    kernel, how = dk.decode_kernel(torch.device("cpu"), torch.float32, dim)
+    kernel, how = dk.attention_kernel(torch.device("cpu"), torch.float32, dim)
     assert kernel is not None, how
     counts = np.array(counts)
     filled = np.array([(37 * r) % 61 + (0 if n > 1 and r % 2 else 1) for r, n in enumerate(counts)])  # 1 to 61
@@ -49,30 +51,33 @@ def test_kernel_rows_equal_each_rows_own_attention(dim, kv_heads, group, counts,
     got = ragged_attention(q, keys, values, layout, 0.3, window=window)
     want = reference(q, keys, values, filled, counts, group, window, scale=0.3)
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
-    padded = [r for r in layout.runs if not r.fresh]  # the kernel's rows and fresh prompts compute no padding
-    needed = counts * filled + counts * (counts + 1) // 2
-    padding = sum((r.end - r.first) * r.width * r.stop - int(needed[r.first : r.end].sum()) for r in padded)
-    assert layout.cells[0] - layout.cells[1] == padding  # the kernel's rows compute only their own cells
+    assert layout.cells[0] == layout.cells[1] == int((counts * filled + counts * (counts + 1) // 2).sum())
 
 
 @needs_avx512
 def test_the_kernel_refuses_what_it_cannot_read():
-    kernel, _ = dk.decode_kernel(torch.device("cpu"), torch.float32, 64)
-    q, kv = torch.randn(2, 1, 2, 64), torch.randn(2, 1, 8, 64)
-    rows = torch.tensor([0, 1]), torch.tensor([0, 0]), torch.tensor([3, 5])
+    kernel, _ = dk.attention_kernel(torch.device("cpu"), torch.float32, 64)
+    q, kv = torch.randn(3, 1, 2, 64), torch.randn(2, 1, 8, 64)
+    rows = torch.tensor([[0, 0, 1, 3], [1, 1, 2, 5]])  # slot, first token, tokens, columns before them
+    assert kernel(q, kv, kv, rows, 0, 0.1).shape == q.shape
     with pytest.raises(RuntimeError, match="float32"):
-        kernel(q.double(), kv.double(), kv.double(), *rows, 0.1)
+        kernel(q.double(), kv.double(), kv.double(), rows, 0, 0.1)
     with pytest.raises(RuntimeError, match="head dimension"):
-        kernel(q[..., :40].contiguous(), kv[..., :40].contiguous(), kv[..., :40].contiguous(), *rows, 0.1)
+        kernel(q[..., :40].contiguous(), kv[..., :40].contiguous(), kv[..., :40].contiguous(), rows, 0, 0.1)
     with pytest.raises(RuntimeError, match="kv heads"):
-        kernel(q, torch.randn(2, 2, 8, 64), torch.randn(2, 2, 8, 64), *rows, 0.1)
+        kernel(q, torch.randn(2, 2, 8, 64), torch.randn(2, 2, 8, 64), rows, 0, 0.1)
+    for outside in ([[2, 0, 1, 3]], [[0, 0, 1, 8]], [[0, 2, 2, 0]], [[0, 0, 0, 3]]):  # a slot, columns, tokens, none
+        with pytest.raises(RuntimeError, match="row 0 lies outside"):
+            kernel(q, kv, kv, torch.tensor(outside), 0, 0.1)
 
 
 def test_where_the_kernel_does_not_apply_the_reason_is_named():
-    assert dk.decode_kernel(torch.device("cpu"), torch.float32, 64, wanted=False)[1] == "sdpa (the kernel switched off)"
-    assert "on cuda" in dk.decode_kernel(torch.device("cuda"), torch.float32, 64)[1]
-    assert "float32 only" in dk.decode_kernel(torch.device("cpu"), torch.bfloat16, 64)[1]
-    assert "head dimension 72" in dk.decode_kernel(torch.device("cpu"), torch.float32, 72)[1]
+    assert (
+        dk.attention_kernel(torch.device("cpu"), torch.float32, 64, wanted=False)[1] == "sdpa (the kernel switched off)"
+    )
+    assert "on cuda" in dk.attention_kernel(torch.device("cuda"), torch.float32, 64)[1]
+    assert "float32 only" in dk.attention_kernel(torch.device("cpu"), torch.bfloat16, 64)[1]
+    assert "head dimension 72" in dk.attention_kernel(torch.device("cpu"), torch.float32, 72)[1]
 
 
 def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypatch, capsys):
@@ -87,9 +92,9 @@ def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypat
     monkeypatch.setattr("torch.utils.cpp_extension.load_inline", broken)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        kernel, how = dk.decode_kernel(torch.device("cpu"), torch.float32, 64)
+        kernel, how = dk.attention_kernel(torch.device("cpu"), torch.float32, 64)
     assert kernel is None and how.startswith("sdpa (the kernel failed to build") and "g++: command not found" in how
     assert any("g++: command not found" in str(w.message) for w in caught)
-    assert "building the decoding rows' attention kernel" in capsys.readouterr().err
+    assert "building the attention kernel" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="could not be built"):  # remembered: no second build in the same process
         dk.build()

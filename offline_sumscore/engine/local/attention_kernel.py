@@ -1,14 +1,15 @@
-"""The decoding rows' attention kernel on a CPU (decode_kernel.cpp): where it runs, its build, and why not elsewhere.
+"""A ragged pass's attention kernel on a CPU (attention_kernel.cpp): where it runs, its build, and why not elsewhere.
 
-A ragged pass's decoding rows (one token each) attend in one call. Through SDPA that call covers a span of slots up to
-its longest row, masked: at bulk 40% of its cells were padding, and SDPA moved about 9 GB/s of keys and values where
-the machine streams 26 (research/results/decode_kernel.md). The kernel reads each row's own columns once.
+Every token of a pass attends in one call of the kernel: each reads its own slot's columns up to its own, and nothing
+else. Through SDPA a pass attends in several calls (the decoding rows in one over a span of slots up to the longest
+row, each prompt or draft in one of its own), padded to a grid and masked; the kernel builds no grid and no mask, and
+ran one layer's attention 1.4 to 4.6x faster than those calls (research/results/attention_kernel.md).
 
 It is C++ with AVX-512 intrinsics, built with torch.utils.cpp_extension at first use (g++ and ninja, about 35 s) and
 cached by torch (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions) for later runs. It runs where it can:
 float32 on a CPU with AVX-512, a head dimension of 16 to 96, 128 or 256, no softcap. Elsewhere (a GPU, bfloat16, a
 CPU without AVX-512, Gemma-2's softcapped scores) the rows attend through SDPA, and the engine's description says
-which and why (`judge.engine.decode_attention`). Where it should run and its build fails, the engine says so loudly
+which and why (`judge.engine.attention`). Where it should run and its build fails, the engine says so loudly
 (a warning with the compiler's message) and runs on SDPA.
 """
 
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("decode_kernel.cpp")
-NAME = "offline_sumscore_decode_attention"  # the module's name in torch's extension cache
+SOURCE = Path(__file__).with_name("attention_kernel.cpp")
+NAME = "offline_sumscore_pass_attention"  # the module's name in torch's extension cache
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)
 FLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
 
@@ -33,7 +34,7 @@ _built: dict[str, object] = {}  # "module" or "error", once per process
 def why_not(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     """Why the kernel does not apply to this judge, in a few words; None where it does."""
     if device.type != "cpu":
-        return f"on {device.type} the rows attend through SDPA"
+        return f"on {device.type} the pass attends through SDPA"
     if dtype != torch.float32:
         return f"the kernel is float32 only (the judge runs {str(dtype).removeprefix('torch.')})"
     if head_dim not in HEAD_DIMS:
@@ -54,19 +55,19 @@ def build():
         from torch.utils.cpp_extension import load_inline
 
         if not _cached():  # a build takes about 35 s: said, not left as a silent pause
-            print("offline_sumscore: building the decoding rows' attention kernel (once; about 35 s)", file=sys.stderr)
+            print("offline_sumscore: building the attention kernel (once; about 35 s)", file=sys.stderr)
         try:
             module = load_inline(
                 name=NAME,
                 cpp_sources=SOURCE.read_text(),
-                functions=["decode_attention"],
+                functions=["pass_attention"],
                 extra_cflags=FLAGS,
                 extra_ldflags=["-fopenmp"],  # torch's own libgomp, already loaded: one OpenMP runtime
                 verbose=False,
             )
         except Exception as e:  # the compiler, ninja or a broken cache: what it said, where it lies
             _built["error"] = (
-                f"the decoding rows' attention kernel ({SOURCE.name}) could not be built or loaded: "
+                f"the attention kernel ({SOURCE.name}) could not be built or loaded: "
                 f"{type(e).__name__}: {str(e).strip()[-600:]} (torch builds it under TORCH_EXTENSIONS_DIR, else "
                 "~/.cache/torch_extensions; removing that folder forces a fresh build)"
             )
@@ -85,8 +86,8 @@ def _cached() -> bool:
         return False
 
 
-def decode_kernel(device: torch.device, dtype: torch.dtype, head_dim: int, wanted: bool = True):
-    """(the kernel's function or None, what the decoding rows attend with, in words). Where the kernel applies and
+def attention_kernel(device: torch.device, dtype: torch.dtype, head_dim: int, wanted: bool = True):
+    """(the kernel's function or None, what a pass attends with, in words). Where the kernel applies and
     its build fails: a warning, and SDPA."""
     if not wanted:
         return None, "sdpa (the kernel switched off)"
@@ -96,6 +97,6 @@ def decode_kernel(device: torch.device, dtype: torch.dtype, head_dim: int, wante
     try:
         module = build()
     except RuntimeError as e:
-        warnings.warn(f"{e}. The decoding rows attend through SDPA instead: slower, the same verdicts.", stacklevel=2)
+        warnings.warn(f"{e}. Passes attend through SDPA instead: slower, the same verdicts.", stacklevel=2)
         return None, f"sdpa (the kernel failed to build: {e})"
-    return module.decode_attention, "kernel (decode_kernel.cpp, AVX-512)"
+    return module.pass_attention, "kernel (attention_kernel.cpp, AVX-512)"
