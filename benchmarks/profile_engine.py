@@ -36,7 +36,10 @@ from offline_sumscore.engine.local.lab import lab  # noqa: E402
 
 CATEGORIES = [  # first match wins, on the operator's name
     ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm", "mkldnn::_linear")),
-    ("attention", ("scaled_dot_product", "aten::_scaled_dot", "aten::softmax", "aten::_softmax", "flash")),
+    (
+        "attention",
+        ("scaled_dot_product", "aten::_scaled_dot", "aten::softmax", "aten::_softmax", "flash", "pass_attention"),
+    ),
     (
         "KV writes and gathers",
         (
