@@ -78,6 +78,7 @@ def test_where_the_kernel_does_not_apply_the_reason_is_named():
     assert "on cuda" in dk.attention_kernel(torch.device("cuda"), torch.float32, 64)[1]
     assert "float32 only" in dk.attention_kernel(torch.device("cpu"), torch.bfloat16, 64)[1]
     assert "head dimension 72" in dk.attention_kernel(torch.device("cpu"), torch.float32, 72)[1]
+    assert "softcaps its scores" in dk.attention_kernel(torch.device("cpu"), torch.float32, 64, softcap=50.0)[1]
 
 
 def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypatch, capsys):

@@ -47,6 +47,18 @@ def test_capacity_counts_memory_reserved_but_unused_and_divides_a_shared_device(
     assert _share(0.5) == 0.5 and _share(1) is None and _share(0) is None
 
 
+def test_ram_counts_what_linux_can_reclaim_and_falls_back_to_free_pages(tmp_path):
+    from offline_sumscore.engine.local.capacity import available_ram
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         4000000 kB\nMemAvailable:   20000000 kB\n")
+    assert available_ram(str(meminfo)) == (20000000 * 1024, "available RAM")  # the page cache counts: reclaimable
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:         4000000 kB\n")  # a kernel without the field
+    free, what = available_ram(str(meminfo))
+    assert what == "free RAM" and free > 0
+    assert available_ram(str(tmp_path / "absent"))[1] == "free RAM"
+
+
 def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its_share(monkeypatch):
     from types import SimpleNamespace
 

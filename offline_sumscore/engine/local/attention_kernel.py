@@ -31,8 +31,10 @@ _lock = threading.Lock()
 _built: dict[str, object] = {}  # "module" or "error", once per process
 
 
-def why_not(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
+def why_not(device: torch.device, dtype: torch.dtype, head_dim: int, softcap: float | None = None) -> str | None:
     """Why the kernel does not apply to this judge, in a few words; None where it does."""
+    if softcap:
+        return "the judge softcaps its scores, which the kernel does not compute"
     if device.type != "cpu":
         return f"on {device.type} the pass attends through SDPA"
     if dtype != torch.float32:
@@ -86,12 +88,14 @@ def _cached() -> bool:
         return False
 
 
-def attention_kernel(device: torch.device, dtype: torch.dtype, head_dim: int, wanted: bool = True):
+def attention_kernel(
+    device: torch.device, dtype: torch.dtype, head_dim: int, wanted: bool = True, softcap: float | None = None
+):
     """(the kernel's function or None, what a pass attends with, in words). Where the kernel applies and
     its build fails: a warning, and SDPA."""
     if not wanted:
         return None, "sdpa (the kernel switched off)"
-    reason = why_not(device, dtype, head_dim)
+    reason = why_not(device, dtype, head_dim, softcap)
     if reason is not None:
         return None, f"sdpa ({reason})"
     try:

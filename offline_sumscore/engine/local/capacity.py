@@ -46,8 +46,8 @@ def capacity(
         spare = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         where, default_rows = f"{device_free / 2**30:.1f} GiB free on {device}", 512
     else:
-        device_free, spare = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), 0
-        where, default_rows = f"{device_free / 2**30:.1f} GiB free RAM", 64
+        (device_free, what), spare = available_ram(), 0
+        where, default_rows = f"{device_free / 2**30:.1f} GiB {what}", 64
     free = usable_memory(device_free, spare, device_share)
     if device_share < 1:
         where += f", {device_share:g} of it for this engine"
@@ -61,6 +61,21 @@ def capacity(
         f"{per_token} bytes of KV per token; tokens per pass {'given' if pass_tokens else 'the default'})"
     )
     return Capacity(rows, budget, per_pass, why, where)
+
+
+def available_ram(meminfo: str = "/proc/meminfo") -> tuple[int, str]:
+    """Bytes of RAM a new allocation can take, and what they are: Linux's MemAvailable (free pages plus the page
+    cache and other memory it can reclaim), else the free pages alone. Free pages alone shrink with every file read
+    (model weights, a compile cache), so the budget depended on what ran before: in one ladder run the bulk
+    engine's budget halved against the run before, its prefix store with it, at the same memory in use."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "available RAM"
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "free RAM"
 
 
 def usable_memory(free: int, reserved_unused: int, share: float) -> int:

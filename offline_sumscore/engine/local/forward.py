@@ -31,7 +31,10 @@ class Passes:
         self.model, self.max_rows, self.stats, self.on_timing = model, max_rows, stats, lab.on_timing
         # The attention kernel where it applies (None: SDPA), and what passes attend with, in words.
         head_dim = KVGeometry.of(model.config, model.dtype).head_dim
-        self.kernel, self.attention = attention_kernel(model.device, model.dtype, head_dim, lab.attention_kernel)
+        softcap = getattr(model.config, "attn_logit_softcapping", None)  # Gemma-2's
+        self.kernel, self.attention = attention_kernel(
+            model.device, model.dtype, head_dim, lab.attention_kernel, softcap
+        )
         self.spares = spares if spares is not None else []  # the judge's idle KV slots (take_slots)
         # slots taken -> stats.nan_rows then (give_slots); weak, so slots a failed run dropped leave no entry
         self._nan_rows_at_take: weakref.WeakKeyDictionary[KVSlots, int] = weakref.WeakKeyDictionary()
