@@ -21,8 +21,8 @@ Where each part lives, in the order a request meets them:
 - host_heap.py   the host's C heap handed back every few hundred passes, so a long CPU run's memory stays flat.
 - features.py    the features the ladder switches, the counters, the timing hook's records.
 - lab.py         the one developer hook: features, the prefix store's and a pass's token budgets, a timing hook
-                 and the decoding rows' kernel on or off, for the ladder, the profiler and the engine's tests; no
-                 user option.
+                 and the attention kernel on or off, for the ladder, the profiler and the engine's tests; no user
+                 option.
 
 One step of the loop (step.py):
 1. Admit waiting units while the row cap and the token budget allow; finished rows left after the last step.

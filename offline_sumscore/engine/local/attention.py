@@ -25,6 +25,7 @@ span, padded: there a call costs a kernel launch, padding little.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -74,16 +75,14 @@ class RaggedPass:
         # The attention kernel (attention_kernel.py), set by the pass that runs this layout where it applies: every
         # token reads its own slot's columns in one call, no runs, no grid, no mask.
         self.kernel = None
-        self._kernel_rows = None
 
+    @cached_property
     def kernel_rows(self) -> torch.Tensor:
         """The rows as the kernel reads them: (slot, first token, tokens, columns before them) for each slot that
         feeds a token, host int64 [rows, 4]."""
-        if self._kernel_rows is None:
-            fed = np.flatnonzero(self.counts > 0)
-            rows = np.stack([fed, self.offsets[fed], self.counts[fed], self.filled[fed]], axis=1)
-            self._kernel_rows = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
-        return self._kernel_rows
+        fed = np.flatnonzero(self.counts > 0)
+        rows = np.stack([fed, self.offsets[fed], self.counts[fed], self.filled[fed]], axis=1)
+        return torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
 
     @cached_property
     def single(self) -> tuple | None:
@@ -231,11 +230,10 @@ def ragged_attention(
     if layout.kernel is not None and softcap is None:
         q = flat.contiguous().view(layout.tokens, kv_heads, group, dim)
         scale = scaling if scaling is not None else dim**-0.5
-        if torch.autograd._profiler_enabled():  # named for torch.profiler (not a dispatcher op, it is unseen)
-            with torch.profiler.record_function("offline_sumscore::pass_attention"):
-                out = layout.kernel(q, key, value, layout.kernel_rows(), window or 0, scale)
-        else:
-            out = layout.kernel(q, key, value, layout.kernel_rows(), window or 0, scale)
+        # Named for torch.profiler while it runs: the kernel is no dispatcher op, so it would go unseen.
+        profiled = torch.autograd._profiler_enabled()
+        with torch.profiler.record_function("offline_sumscore::pass_attention") if profiled else nullcontext():
+            out = layout.kernel(q, key, value, layout.kernel_rows, window or 0, scale)
         return out.view(1, -1, heads, dim)
     single_mask, run_masks = layout.masks(group, window, query.dtype, softcap is not None)
     if layout.decoding:  # token r is slot r's: the single call's queries in order, nothing to gather or scatter

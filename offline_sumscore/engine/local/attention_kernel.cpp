@@ -121,10 +121,11 @@ static void one_head(const float* q, const float* kb, int64_t ks, const float* v
 // One block of a row's query tokens against its keys, queries in lanes: lane l is token t0 + l / group, query head
 // l % group of kv head h (up to 16 lanes). Scores are kept key-major ([key][lane]), so the softmax runs down the
 // keys with a lane per query, and keys and values are read as they lie in the cache, one element broadcast at a time.
+// tok: the stride from one token to the next, in the queries and the output alike (both [tokens, kv, group, dim]).
 template <int C>  // dim = 16 C
-static void block16(const float* q, int64_t q_tok, int nt, int group, const float* kb, int64_t ks, const float* vb,
-                    int64_t vs, int64_t first_col, int64_t window, float sc, float* qt, float* st, float* ot, float* o,
-                    int64_t o_tok) {
+static void block16(const float* q, int64_t tok, int nt, int group, const float* kb, int64_t ks, const float* vb,
+                    int64_t vs, int64_t first_col, int64_t window, float sc, float* qt, float* st, float* ot,
+                    float* o) {
   constexpr int D = 16 * C;
   const int lanes = nt * group;
   alignas(64) int32_t col[16], low[16];
@@ -135,7 +136,7 @@ static void block16(const float* q, int64_t q_tok, int nt, int group, const floa
   }
   for (int d = 0; d < D; ++d)
     for (int l = 0; l < 16; ++l)
-      qt[d * 16 + l] = l < lanes ? q[(l / group) * q_tok + (l % group) * D + d] * sc : 0.0f;
+      qt[d * 16 + l] = l < lanes ? q[(l / group) * tok + (l % group) * D + d] * sc : 0.0f;
   const __m512i colv = _mm512_load_si512(col), lowv = _mm512_load_si512(low);
   const int64_t j_lo = low[0], j_hi = col[lanes - 1] + 1, n = j_hi - j_lo;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -184,7 +185,7 @@ static void block16(const float* q, int64_t q_tok, int nt, int group, const floa
   alignas(64) float inv[16];
   _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.0f), total));
   for (int l = 0; l < lanes; ++l) {
-    float* out = o + (l / group) * o_tok + (l % group) * D;
+    float* out = o + (l / group) * tok + (l % group) * D;
     for (int d = 0; d < D; ++d) out[d] = ot[d * 16 + l] * inv[l];
   }
 }
@@ -231,7 +232,7 @@ static void run_item(const Pass& p, const int64_t* rp, const Item& it, float* qt
     return;
   }
   block16<C>(p.q + at, p.q_tok, static_cast<int>(it.nt), static_cast<int>(p.group), kb, p.ks2, vb, p.vs2, col,
-             p.window, p.scale, qt, st, ot, p.o + at, p.q_tok);
+             p.window, p.scale, qt, st, ot, p.o + at);
 }
 
 // query [tokens, kv, group, dim], the pass's tokens; rows [R, 4]: (slot, first token, tokens, columns before them).

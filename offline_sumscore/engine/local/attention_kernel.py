@@ -3,13 +3,13 @@
 Every token of a pass attends in one call of the kernel: each reads its own slot's columns up to its own, and nothing
 else. Through SDPA a pass attends in several calls (the decoding rows in one over a span of slots up to the longest
 row, each prompt or draft in one of its own), padded to a grid and masked; the kernel builds no grid and no mask, and
-ran one layer's attention 1.4 to 4.6x faster than those calls (research/results/attention_kernel.md).
+ran one layer's attention 1.07 to 2.3x faster than those calls (research/results/attention_kernel.md).
 
 It is C++ with AVX-512 intrinsics, built with torch.utils.cpp_extension at first use (g++ and ninja, about 35 s) and
 cached by torch (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions) for later runs. It runs where it can:
 float32 on a CPU with AVX-512, a head dimension of 16 to 96, 128 or 256, no softcap. Elsewhere (a GPU, bfloat16, a
-CPU without AVX-512, Gemma-2's softcapped scores) the rows attend through SDPA, and the engine's description says
-which and why (`judge.engine.attention`). Where it should run and its build fails, the engine says so loudly
+CPU without AVX-512, Gemma-2's softcapped scores) a pass attends through SDPA, and the engine's description says
+which and why (`judge.engine.attention_kernel`). Where it should run and its build fails, the engine says so loudly
 (a warning with the compiler's message) and runs on SDPA.
 """
 
