@@ -402,8 +402,10 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
     if dev == "cpu" and str(torch_dtype) == "torch.float32":
         from offline_sumscore.engine.cpu_gemm import pack_linears
+        from offline_sumscore.engine.layer_ops import fuse_layer_ops
 
         decisions["cpu_gemm"] = pack_linears(hf_model)
+        decisions["layer_ops"] = fuse_layer_ops(hf_model)
     config = hf_model.config.to_dict()
     context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
     name = EMBEDDED_NAME if model is None else path.name

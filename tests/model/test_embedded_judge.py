@@ -34,6 +34,36 @@ def test_judge_loads_on_cpu_in_float32_with_its_decisions_recorded(judge):
     assert "auto" in d["decisions"]["device"] and len(d["identity"]) == 16
 
 
+def test_the_embedded_judge_runs_its_norms_mlps_and_rotary_on_one_pass_kernels_with_the_same_logits(judge):
+    """layer_ops.py on the real judge: every norm and MLP replaced, and its logits as torch's operators give them."""
+    import torch
+
+    from offline_sumscore.engine import layer_ops
+
+    said = judge.decisions["layer_ops"]
+    if "AVX512" not in torch.backends.cpu.get_cpu_capability():
+        assert said.startswith("torch's operators (the layer kernels need AVX-512"), said
+        return
+    assert said.endswith("61 RMSNorms, 30 SiLU MLPs, rotary embedding (llama)"), said
+    ids = judge.tokenizer(judge.render(prompts.questions_prompt(SOURCE, n=2)), return_tensors="pt")["input_ids"]
+    patched = {
+        m: vars(m).pop("forward") for m in judge.model.modules() if type(m).__name__.endswith(("RMSNorm", "MLP"))
+    }
+    home = sys.modules[type(judge.model.model.layers[0]).__module__]
+    fused_rotary = home.apply_rotary_pos_emb
+    with torch.inference_mode():
+        try:
+            home.apply_rotary_pos_emb = layer_ops._function(fused_rotary)
+            theirs = judge.model(input_ids=ids).logits[0, -1]
+        finally:
+            home.apply_rotary_pos_emb = fused_rotary
+            for module, forward in patched.items():
+                module.forward = forward
+        ours = judge.model(input_ids=ids).logits[0, -1]
+    assert len(patched) == 91 and (ours - theirs).abs().max() < 1e-3, (ours - theirs).abs().max()
+    assert ours.argmax() == theirs.argmax()
+
+
 def test_two_axis_at_the_embedded_defaults_judges_each_sentence_by_likelihood(judge):
     assert judge.embedded and stage_defaults(judge.describe()) == {
         "claims": "sentences",

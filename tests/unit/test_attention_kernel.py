@@ -84,8 +84,8 @@ def test_where_the_kernel_does_not_apply_the_reason_is_named():
 def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypatch, capsys):
     if not AVX512:
         pytest.skip("the kernel is not built on a CPU without AVX-512")
-    monkeypatch.setattr(dk, "_built", {})
-    monkeypatch.setattr(dk, "_cached", lambda: False)  # a first build: the pause is announced
+    monkeypatch.setattr(dk.NATIVE, "built", {})
+    monkeypatch.setattr(dk.NATIVE, "cached", lambda: False)  # a first build: the pause is announced
 
     def broken(**kwargs):
         raise OSError("g++: command not found")
@@ -98,4 +98,4 @@ def test_a_kernel_that_fails_to_build_is_reported_loudly_and_sdpa_runs(monkeypat
     assert any("g++: command not found" in str(w.message) for w in caught)
     assert "building the attention kernel" in capsys.readouterr().err
     with pytest.raises(RuntimeError, match="could not be built"):  # remembered: no second build in the same process
-        dk.build()
+        dk.NATIVE.build()

@@ -15,20 +15,19 @@ which and why (`judge.engine.attention_kernel`). Where it should run and its bui
 
 from __future__ import annotations
 
-import sys
-import threading
 import warnings
 from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("attention_kernel.cpp")
-NAME = "offline_sumscore_pass_attention"  # the module's name in torch's extension cache
-HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)
-FLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
+from offline_sumscore.engine.native_build import AVX512_FLAGS, NativeModule
 
-_lock = threading.Lock()
-_built: dict[str, object] = {}  # "module" or "error", once per process
+SOURCE = Path(__file__).with_name("attention_kernel.cpp")
+HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)
+# the module's name in torch's extension cache: offline_sumscore_pass_attention
+NATIVE = NativeModule(
+    SOURCE, "offline_sumscore_pass_attention", ["pass_attention"], "the attention kernel", 35, AVX512_FLAGS
+)
 
 
 def why_not(device: torch.device, dtype: torch.dtype, head_dim: int, softcap: float | None = None) -> str | None:
@@ -47,47 +46,6 @@ def why_not(device: torch.device, dtype: torch.dtype, head_dim: int, softcap: fl
     return None
 
 
-def build():
-    """The compiled module (built at first use, torch's cache after); raises RuntimeError naming what failed."""
-    with _lock:
-        if "module" in _built:
-            return _built["module"]
-        if "error" in _built:
-            raise RuntimeError(_built["error"])
-        from torch.utils.cpp_extension import load_inline
-
-        if not _cached():  # a build takes about 35 s: said, not left as a silent pause
-            print("offline_sumscore: building the attention kernel (once; about 35 s)", file=sys.stderr)
-        try:
-            module = load_inline(
-                name=NAME,
-                cpp_sources=SOURCE.read_text(),
-                functions=["pass_attention"],
-                extra_cflags=FLAGS,
-                extra_ldflags=["-fopenmp"],  # torch's own libgomp, already loaded: one OpenMP runtime
-                verbose=False,
-            )
-        except Exception as e:  # the compiler, ninja or a broken cache: what it said, where it lies
-            _built["error"] = (
-                f"the attention kernel ({SOURCE.name}) could not be built or loaded: "
-                f"{type(e).__name__}: {str(e).strip()[-600:]} (torch builds it under TORCH_EXTENSIONS_DIR, else "
-                "~/.cache/torch_extensions; removing that folder forces a fresh build)"
-            )
-            raise RuntimeError(_built["error"]) from e
-        _built["module"] = module
-        return module
-
-
-def _cached() -> bool:
-    """Whether torch's extension cache holds a build of the kernel (then loading it takes a fraction of a second)."""
-    try:
-        from torch.utils.cpp_extension import _get_build_directory
-
-        return (Path(_get_build_directory(NAME, False)) / f"{NAME}.so").exists()
-    except Exception:  # a private helper of torch's: where it is missing or moved, the message shows every time
-        return False
-
-
 def attention_kernel(
     device: torch.device, dtype: torch.dtype, head_dim: int, wanted: bool = True, softcap: float | None = None
 ):
@@ -99,7 +57,7 @@ def attention_kernel(
     if reason is not None:
         return None, f"sdpa ({reason})"
     try:
-        module = build()
+        module = NATIVE.build()
     except RuntimeError as e:
         warnings.warn(f"{e}. Passes attend through SDPA instead: slower, the same verdicts.", stacklevel=2)
         return None, f"sdpa (the kernel failed to build: {e})"

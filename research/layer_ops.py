@@ -1,0 +1,136 @@
+"""The decoder's one-pass layer kernels (engine/layer_ops.cpp) against torch's operators, in turns.
+
+    python research/layer_ops.py
+
+The embedded judge's bare decoder (its prepacked linears, transformers' SDPA attention, no cache) on one row of T
+tokens, with the kernels in place (as load_judge leaves it) and with torch's operators put back, alternating; then
+each operator alone at a pass of 600 tokens. The machine's speed swings by a tenth within minutes, so the turns
+alternate and the table gives every turn's median. Writes results/layer_ops.md (--name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from offline_sumscore import load_judge  # noqa: E402
+from offline_sumscore.engine import layer_ops  # noqa: E402
+from research.tables import publish  # noqa: E402
+
+
+class Switch:
+    """The judge's kernels off (torch's operators put back) and on again, in one process."""
+
+    def __init__(self, model):
+        self.patched = {m: vars(m)["forward"] for m in model.modules() if "forward" in vars(m) and _is_fused(m)}
+        self.homes = {
+            sys.modules[type(m).__module__]
+            for m in model.modules()
+            if getattr(getattr(sys.modules[type(m).__module__], "apply_rotary_pos_emb", None), layer_ops.PATCHED, False)
+        }
+        self.fused_rotary = {h: h.apply_rotary_pos_emb for h in self.homes}
+
+    def set(self, on: bool) -> None:
+        for module, forward in self.patched.items():
+            if on:
+                module.forward = forward
+            else:
+                vars(module).pop("forward", None)
+        for home in self.homes:
+            home.apply_rotary_pos_emb = self.fused_rotary[home] if on else self.fused_rotary[home].__wrapped__
+
+
+def _is_fused(module) -> bool:
+    return type(module).__name__.endswith(("RMSNorm", "MLP"))
+
+
+def timed(fn, n: int) -> float:
+    fn()
+    started = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - started) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--name", default="layer_ops")
+    args = parser.parse_args()
+    torch.set_num_threads(torch.get_num_threads())
+    judge = load_judge()
+    decoder = judge.model.model
+    switch = Switch(judge.model)
+    lines = [
+        "# The decoder's one-pass layer kernels against torch's operators",
+        "",
+        f"`python research/layer_ops.py`; judge {judge.name}; torch threads {torch.get_num_threads()}; "
+        f"{judge.decisions.get('layer_ops')}. The bare decoder on one row of T tokens, kernels on and off in "
+        f"alternating turns ({args.turns} each), medians; the outputs compared on the same input.",
+        "",
+        "| tokens | torch's operators ms | kernels ms | x | largest difference of the last hidden states |",
+        "|---|---|---|---|---|",
+    ]
+    with torch.inference_mode():
+        for tokens in (64, 256, 600, 1024):
+            ids = torch.randint(0, 40000, (1, tokens), generator=torch.Generator().manual_seed(tokens))
+            outs, walls = {}, {True: [], False: []}
+            for on in (False, True):
+                switch.set(on)
+                outs[on] = decoder(input_ids=ids, use_cache=False).last_hidden_state
+            n = max(1, 1200 // tokens)
+            for turn in range(args.turns):
+                for on in (False, True) if turn % 2 == 0 else (True, False):
+                    switch.set(on)
+                    walls[on].append(timed(lambda ids=ids: decoder(input_ids=ids, use_cache=False), n))
+            off, fused = statistics.median(walls[False]), statistics.median(walls[True])
+            diff = (outs[True] - outs[False]).abs().max().item()
+            lines.append(f"| {tokens} | {off * 1e3:.1f} | {fused * 1e3:.1f} | {off / fused:.3f} | {diff:.1e} |")
+        switch.set(True)
+        lines += ["", *operator_table(judge, switch, args.turns)]
+    publish(args.name, lines)
+
+
+def operator_table(judge, switch: Switch, turns: int) -> list[str]:
+    """One layer's norm, MLP and rotary embedding alone at 600 tokens, each way, in turns."""
+    layer = judge.model.model.layers[0]
+    config = judge.model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    x = torch.randn(1, 600, config.hidden_size)
+    q = torch.randn(1, 600, config.num_attention_heads, head_dim).transpose(1, 2)
+    k = torch.randn(1, 600, config.num_key_value_heads, head_dim).transpose(1, 2)
+    cos, sin = torch.randn(1, 600, head_dim), torch.randn(1, 600, head_dim)
+    home = sys.modules[type(layer).__module__]
+    cases = {
+        "RMSNorm": lambda: layer.input_layernorm(x),
+        "MLP (its three projections included)": lambda: layer.mlp(x),
+        "rotary embedding (queries and keys)": lambda: home.apply_rotary_pos_emb(q, k, cos, sin),
+    }
+    lines = [
+        "One layer's operator alone at 600 tokens (medians of the turns):",
+        "",
+        "| operator | torch's operators us | kernels us | x |",
+        "|---|---|---|---|",
+    ]
+    for name, fn in cases.items():
+        walls = {True: [], False: []}
+        for turn in range(turns):
+            for on in (False, True) if turn % 2 == 0 else (True, False):
+                switch.set(on)
+                walls[on].append(timed(fn, 50))
+        off, fused = statistics.median(walls[False]), statistics.median(walls[True])
+        lines.append(f"| {name} | {off * 1e6:.0f} | {fused * 1e6:.0f} | {off / fused:.2f} |")
+    switch.set(True)
+    return lines
+
+
+if __name__ == "__main__":
+    main()
