@@ -2,31 +2,14 @@
 // several: RMSNorm (torch: square, mean, add, rsqrt, two products: four reads and three writes of the hidden states),
 // SiLU times the up projection (torch: silu, then the product, over the MLP's widest activations), and rotary
 // position embedding (torch: two products, a concatenation, a negation and a sum per query and key). Float32, AVX-512,
-// threads through torch's own OpenMP runtime. Built at first use by layer_ops.py (torch.utils.cpp_extension).
+// threads through torch's own OpenMP runtime; e^x from exp16.h (native_build.py puts it before this file). Built at
+// first use by layer_ops.py (torch.utils.cpp_extension).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-
-// e^x for x <= 0, 16 lanes: x = k ln2 + r, e^r by its Taylor polynomial to r^7, times 2^k (relative error < 2e-7).
-static inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, k);
-}
 
 // The lanes of a 16-wide chunk that lie before the end, `left` elements away.
 static inline __mmask16 lanes(int64_t left) { return left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1); }

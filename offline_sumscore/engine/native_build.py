@@ -1,9 +1,10 @@
 """C++ kernels built at first use through torch.utils.cpp_extension (g++ and ninja), once per process.
 
-torch caches each build under TORCH_EXTENSIONS_DIR (else ~/.cache/torch_extensions), so only a machine's first run
-pays for it; a first build is announced on stderr rather than left as a silent pause. A failed build is remembered
-for the process, with what the compiler said and where the cache lies, so the caller can say so loudly once and run
-torch's own operators instead.
+Every kernel is compiled with exp16.h (e^x on 16 lanes) put before its own source. torch caches each build under
+TORCH_EXTENSIONS_DIR (else ~/.cache/torch_extensions), so only a machine's first run pays for it; a first build is
+announced on stderr rather than left as a silent pause. A failed build is remembered for the process, with what
+the compiler said and where the cache lies, so the caller can say so loudly once and run torch's own operators
+instead.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+SHARED = [Path(__file__).with_name("exp16.h")]  # put before every kernel's own source
 AVX512_FLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
 
 
@@ -38,7 +40,7 @@ class NativeModule:
             try:
                 module = load_inline(
                     name=self.name,
-                    cpp_sources=self.source.read_text(),
+                    cpp_sources=[p.read_text() for p in [*SHARED, self.source]],
                     functions=self.functions,
                     extra_cflags=self.flags,
                     extra_ldflags=["-fopenmp"],  # torch's own libgomp, already loaded: one OpenMP runtime

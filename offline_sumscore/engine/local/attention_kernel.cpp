@@ -4,7 +4,7 @@
 // (one_head: scores 16 keys at a time into one vector, sum16). A row feeding more (a prompt, a draft) runs in blocks
 // of its tokens with the queries in the lanes of a vector (block16): each key and value element is broadcast to the
 // block's 16 queries at once, so the keys are read once a block, as they lie in the cache. e^x is a degree-7
-// polynomial (exp16), float32 throughout. Built at first use by attention_kernel.py (torch.utils.cpp_extension), for
+// polynomial (exp16, in exp16.h, which native_build.py puts before this file), float32 throughout. Built at first use by attention_kernel.py (torch.utils.cpp_extension), for
 // CPUs with AVX-512.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -14,24 +14,6 @@
 #include <atomic>
 #include <cstdint>
 #include <vector>
-
-// e^x for x <= 0, 16 lanes: x = k ln2 + r, e^r by its Taylor polynomial to r^7, times 2^k (scalef).
-static inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.4426950408889634f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, k);
-}
 
 // One combining level of the 16-vector sum: A and B each hold S sources in blocks of 2h lanes; the result holds
 // A's S sources then B's, each in a block of h lanes (the sum of its block's two halves).
