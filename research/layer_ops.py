@@ -14,6 +14,7 @@ import argparse
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -24,32 +25,6 @@ sys.path.insert(0, str(HERE.parent))
 from offline_sumscore import load_judge  # noqa: E402
 from offline_sumscore.engine import layer_ops  # noqa: E402
 from research.tables import publish  # noqa: E402
-
-
-class Switch:
-    """The judge's kernels off (torch's operators put back) and on again, in one process."""
-
-    def __init__(self, model):
-        self.patched = {m: vars(m)["forward"] for m in model.modules() if "forward" in vars(m) and _is_fused(m)}
-        self.homes = {
-            sys.modules[type(m).__module__]
-            for m in model.modules()
-            if getattr(getattr(sys.modules[type(m).__module__], "apply_rotary_pos_emb", None), layer_ops.PATCHED, False)
-        }
-        self.fused_rotary = {h: h.apply_rotary_pos_emb for h in self.homes}
-
-    def set(self, on: bool) -> None:
-        for module, forward in self.patched.items():
-            if on:
-                module.forward = forward
-            else:
-                vars(module).pop("forward", None)
-        for home in self.homes:
-            home.apply_rotary_pos_emb = self.fused_rotary[home] if on else self.fused_rotary[home].__wrapped__
-
-
-def _is_fused(module) -> bool:
-    return type(module).__name__.endswith(("RMSNorm", "MLP"))
 
 
 def timed(fn, n: int) -> float:
@@ -65,10 +40,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--name", default="layer_ops")
     args = parser.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
     judge = load_judge()
     decoder = judge.model.model
-    switch = Switch(judge.model)
     lines = [
         "# The decoder's one-pass layer kernels against torch's operators",
         "",
@@ -84,22 +57,21 @@ def main() -> None:
             ids = torch.randint(0, 40000, (1, tokens), generator=torch.Generator().manual_seed(tokens))
             outs, walls = {}, {True: [], False: []}
             for on in (False, True):
-                switch.set(on)
-                outs[on] = decoder(input_ids=ids, use_cache=False).last_hidden_state
+                with kernels(judge.model, on):
+                    outs[on] = decoder(input_ids=ids, use_cache=False).last_hidden_state
             n = max(1, 1200 // tokens)
             for turn in range(args.turns):
                 for on in (False, True) if turn % 2 == 0 else (True, False):
-                    switch.set(on)
-                    walls[on].append(timed(lambda ids=ids: decoder(input_ids=ids, use_cache=False), n))
+                    with kernels(judge.model, on):
+                        walls[on].append(timed(lambda ids=ids: decoder(input_ids=ids, use_cache=False), n))
             off, fused = statistics.median(walls[False]), statistics.median(walls[True])
             diff = (outs[True] - outs[False]).abs().max().item()
             lines.append(f"| {tokens} | {off * 1e3:.1f} | {fused * 1e3:.1f} | {off / fused:.3f} | {diff:.1e} |")
-        switch.set(True)
-        lines += ["", *operator_table(judge, switch, args.turns)]
+        lines += ["", *operator_table(judge, args.turns)]
     publish(args.name, lines)
 
 
-def operator_table(judge, switch: Switch, turns: int) -> list[str]:
+def operator_table(judge, turns: int) -> list[str]:
     """One layer's norm, MLP and rotary embedding alone at 600 tokens, each way, in turns."""
     layer = judge.model.model.layers[0]
     config = judge.model.config
@@ -124,12 +96,16 @@ def operator_table(judge, switch: Switch, turns: int) -> list[str]:
         walls = {True: [], False: []}
         for turn in range(turns):
             for on in (False, True) if turn % 2 == 0 else (True, False):
-                switch.set(on)
-                walls[on].append(timed(fn, 50))
+                with kernels(judge.model, on):
+                    walls[on].append(timed(fn, 50))
         off, fused = statistics.median(walls[False]), statistics.median(walls[True])
         lines.append(f"| {name} | {off * 1e6:.0f} | {fused * 1e6:.0f} | {off / fused:.2f} |")
-    switch.set(True)
     return lines
+
+
+def kernels(model, on: bool):
+    """The judge as load_judge left it (the kernels), or with torch's operators put back."""
+    return nullcontext() if on else layer_ops.torch_operators(model)
 
 
 if __name__ == "__main__":

@@ -46,19 +46,12 @@ def test_the_embedded_judge_runs_its_norms_mlps_and_rotary_on_one_pass_kernels_w
         return
     assert said.endswith("61 RMSNorms, 30 SiLU MLPs, rotary embedding (llama)"), said
     ids = judge.tokenizer(judge.render(prompts.questions_prompt(SOURCE, n=2)), return_tensors="pt")["input_ids"]
-    patched = {
-        m: vars(m).pop("forward") for m in judge.model.modules() if type(m).__name__.endswith(("RMSNorm", "MLP"))
-    }
     home = sys.modules[type(judge.model.model.layers[0]).__module__]
-    fused_rotary = home.apply_rotary_pos_emb
     with torch.inference_mode():
-        try:
-            home.apply_rotary_pos_emb = layer_ops._function(fused_rotary)
+        with layer_ops.torch_operators(judge.model) as patched:
+            assert not getattr(home.apply_rotary_pos_emb, layer_ops.PATCHED, False)  # transformers' own rotary
             theirs = judge.model(input_ids=ids).logits[0, -1]
-        finally:
-            home.apply_rotary_pos_emb = fused_rotary
-            for module, forward in patched.items():
-                module.forward = forward
+        assert getattr(home.apply_rotary_pos_emb, layer_ops.PATCHED, False)  # the kernels back after the block
         ours = judge.model(input_ids=ids).logits[0, -1]
     assert len(patched) == 91 and (ours - theirs).abs().max() < 1e-3, (ours - theirs).abs().max()
     assert ours.argmax() == theirs.argmax()

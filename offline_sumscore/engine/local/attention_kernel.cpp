@@ -4,8 +4,8 @@
 // (one_head: scores 16 keys at a time into one vector, sum16). A row feeding more (a prompt, a draft) runs in blocks
 // of its tokens with the queries in the lanes of a vector (block16): each key and value element is broadcast to the
 // block's 16 queries at once, so the keys are read once a block, as they lie in the cache. e^x is a degree-7
-// polynomial (exp16, in exp16.h, which native_build.py puts before this file), float32 throughout. Built at first use by attention_kernel.py (torch.utils.cpp_extension), for
-// CPUs with AVX-512.
+// polynomial (exp16, in exp16.h, which native_build.py puts before this file), float32 throughout. Built at first
+// use by attention_kernel.py (torch.utils.cpp_extension), for CPUs with AVX-512.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
