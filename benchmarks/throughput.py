@@ -214,6 +214,12 @@ def physical_floor(judge, peaks, processed_tokens, read_tokens, forward_passes, 
     # The decoder's weights run for every token; the vocabulary projection only where a token is read. A tied
     # head shares the embedding matrix but is still read from memory on every pass.
     body = sum(p.numel() for n, p in judge.model.named_parameters() if "embed_tokens" not in n and "lm_head" not in n)
+    # A packed linear's dense weight was released (cpu_gemm.pack_linears): count it from its features.
+    head = judge.model.get_output_embeddings()
+    released = [
+        m for m in judge.model.modules() if isinstance(m, torch.nn.Linear) and m.weight is None and m is not head
+    ]
+    body += sum(m.in_features * m.out_features for m in released)
     elem = judge.model.dtype.itemsize
     lm_head = cfg.hidden_size * cfg.vocab_size
     params = body + lm_head

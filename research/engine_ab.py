@@ -8,8 +8,8 @@ Each turn is a process of its own that imports the package from one tree, warms 
 (--repeats times each). Then the medians per rung and tree, and the verdicts and P(yes) of each rung compared
 between the trees: flips, and the largest change of a probability; and the time outside the forward passes and the
 grammar masks (picks, the vocabulary projection at read points, admission, the step's update, the scorers), as a
-share of the passes' time, from the engine's timing hook. --bulk N: the ladder's bulk workload instead
-(its first N samples), rung 7 only. The machine's speed swings by a tenth or more
+share of the passes' time, from the engine's timing hook; and each turn's peak resident memory. --bulk N: the
+ladder's bulk workload instead (its first N samples), rung 7 only. The machine's speed swings by a tenth or more
 within minutes, so the turns alternate (ABBA) and only a difference beyond the runs' own spread means anything.
 Writes results/engine_ab.md (--name).
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,8 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
             record = out.setdefault(name, {"walls": [], "outside": [], "verdicts": verdicts})
             record["walls"].append(wall)
             record["outside"].append((wall - passes - masks) / passes)
+    # The process's peak resident memory (Linux: KiB), the whole turn's: loading, warm-up and every run.
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
     return out
 
 
@@ -130,7 +133,7 @@ def main() -> None:
         "| outside the passes, A | B |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for rung in runs["A"][0]:
+    for rung in [r for r in runs["A"][0] if r != "peak_rss_mib"]:
         a = [w for r in runs["A"] for w in r[rung]["walls"]]
         b = [w for r in runs["B"] for w in r[rung]["walls"]]
         total, flips, largest = compare(runs["A"][0][rung]["verdicts"], runs["B"][0][rung]["verdicts"])
@@ -140,6 +143,8 @@ def main() -> None:
             f"{statistics.median(a) / statistics.median(b):.3f} | {total} | {flips} | {largest:.1e} | "
             f"{outside(runs['A'], rung)} | {outside(runs['B'], rung)} |"
         )
+    peaks = {t: ", ".join(str(r["peak_rss_mib"]) for r in runs[t]) for t in "AB"}
+    lines += ["", f"Peak resident memory of each turn's process, MiB: A {peaks['A']}; B {peaks['B']}."]
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -74,3 +74,35 @@ def test_many_row_counts_do_not_grow_the_heap():
     assert heap_growth_mib() < 32
     # The user's environment wins: with the default sizes set by hand, the caches grow as they did before the cap.
     assert heap_growth_mib(ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024", LRU_CACHE_CAPACITY="1024") > 64
+
+
+@needs_onednn
+def test_a_packed_weight_is_released_and_a_tied_one_kept(monkeypatch):
+    monkeypatch.delenv("OFFLINE_SUMSCORE_CPU_GEMM", raising=False)
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict({"embed": torch.nn.Embedding(50, 64), "proj": torch.nn.Linear(64, 64)})
+    model["head"] = torch.nn.Linear(64, 50, bias=False)
+    model["head"].weight = model["embed"].weight  # tied, as a small judge's head is its embedding table
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        expected = model["head"](model["proj"](x))
+        said = cpu_gemm.pack_linears(model)
+        got = model["head"](model["proj"](x))
+    assert torch.allclose(got, expected, atol=1e-4, rtol=1e-5)
+    assert model["proj"].weight is None and (model["proj"].in_features, model["proj"].out_features) == (64, 64)
+    assert model["head"].weight is model["embed"].weight and model["embed"].weight.device.type == "cpu"
+    assert "dense copies released, 0 MiB" in said  # 16 KiB: the projection's only
+    with pytest.raises(TypeError):  # what is gone is gone loudly, never read as zeros
+        torch.nn.functional.linear(x, model["proj"].weight)
+
+
+@needs_onednn
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_the_embedded_judge_holds_no_mapping_of_its_weights_file(judge):
+    # transformers maps the safetensors file and the weights view it: the whole file stays resident (513 MiB) while
+    # any view lives. Once the linears are packed, nothing views it and it is unmapped.
+    assert "dense copies released, 405 MiB" in judge.decisions["cpu_gemm"], judge.decisions
+    with open("/proc/self/maps") as maps:
+        mapped = [line for line in maps if line.rstrip().endswith(".safetensors") and judge.path in line]
+    assert not mapped, mapped
+    assert judge.model.model.layers[0].mlp.down_proj.weight is None
