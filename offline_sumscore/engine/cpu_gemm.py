@@ -44,7 +44,10 @@ def pack_linears(model) -> str:
     linears = [
         m
         for m in model.modules()
-        if isinstance(m, torch.nn.Linear) and m.weight.dtype == torch.float32 and m.weight.device.type == "cpu"
+        if isinstance(m, torch.nn.Linear)
+        and m.weight is not None  # None: packed already, its dense weight released
+        and m.weight.dtype == torch.float32
+        and m.weight.device.type == "cpu"
     ]
     holders: dict[int, int] = {}  # where a weight starts -> how many parameters hold it (tied ones: more than one)
     for _, param in model.named_parameters(remove_duplicate=False):
@@ -53,7 +56,8 @@ def pack_linears(model) -> str:
     for module in linears:
         weight = module.weight
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
-        module.forward = _packed(packed, None if module.bias is None else module.bias.detach())
+        # The bias copied: a view would keep the file's mapping alive (below) in every judge with biases (Qwen2).
+        module.forward = _packed(packed, None if module.bias is None else module.bias.detach().clone())
         if holders[weight.data_ptr()] == 1:
             released += weight.numel() * weight.element_size()
             module.register_parameter("weight", None)

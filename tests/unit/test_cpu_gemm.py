@@ -94,6 +94,8 @@ def test_a_packed_weight_is_released_and_a_tied_one_kept(monkeypatch):
     assert "dense copies released, 0 MiB" in said  # 16 KiB: the projection's only
     with pytest.raises(TypeError):  # what is gone is gone loudly, never read as zeros
         torch.nn.functional.linear(x, model["proj"].weight)
+    assert "(1 linear layers" in cpu_gemm.pack_linears(model)  # again: only the tied head is left to pack
+    assert torch.allclose(model["head"](model["proj"](x)), expected, atol=1e-4, rtol=1e-5)
 
 
 @needs_onednn
