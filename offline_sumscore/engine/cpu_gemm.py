@@ -10,7 +10,7 @@ weight fails loudly (a meta tensor would not: torch's linear of a CPU input and 
 weight another module shares stays as it is: a tied head's is the embedding table that looks up the input tokens.
 transformers loads safetensors weights as views of one mapping of the file, which stays mapped, and resident, while
 any tensor views it; so the weights that stay (embeddings, norms) are copied out of it, and the mapping goes. The
-embedded judge's process then holds 1,000 MiB after loading instead of 1,407.
+embedded judge's process then holds 1,003 MiB after loading instead of 1,407.
 OFFLINE_SUMSCORE_CPU_GEMM=torch keeps torch's linear (an A/B switch for the benchmarks).
 
 oneDNN builds a primitive for each input shape it meets and caches it twice (its own primitive cache and ideep's

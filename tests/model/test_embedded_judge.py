@@ -57,6 +57,23 @@ def test_the_embedded_judge_runs_its_norms_mlps_and_rotary_on_one_pass_kernels_w
     assert ours.argmax() == theirs.argmax()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_the_embedded_judge_holds_its_linears_once_and_no_mapping_of_its_weights_file(judge):
+    """cpu_gemm.pack_linears: each packed linear's dense weight released; the file transformers mapped (the whole
+    file stays resident, 513 MiB, while any weight views it) unmapped once nothing views it."""
+    said = judge.decisions["cpu_gemm"]
+    if not said.startswith("oneDNN"):
+        pytest.skip(f"this torch packs no linears: {said}")
+    assert said.endswith(
+        "(211 linear layers; 2-3x torch's linear at 8-256 rows here; their dense copies released, 405 MiB)"
+    )
+    assert judge.model.model.layers[0].mlp.down_proj.weight is None
+    assert judge.model.lm_head.weight is judge.model.model.embed_tokens.weight  # tied: kept, it looks up the tokens
+    with open("/proc/self/maps") as maps:
+        mapped = [line for line in maps if line.rstrip().endswith(".safetensors") and judge.path in line]
+    assert not mapped, mapped
+
+
 def test_two_axis_at_the_embedded_defaults_judges_each_sentence_by_likelihood(judge):
     assert judge.embedded and stage_defaults(judge.describe()) == {
         "claims": "sentences",
