@@ -114,6 +114,7 @@ def main() -> None:
         Path(args.turn[1]).write_text(json.dumps(one_turn(tree, args.data, args.repeats, args.bulk)))
         return
     runs: dict[str, list[dict]] = {"A": [], "B": []}
+    peaks: dict[str, list[int]] = {"A": [], "B": []}  # each turn's peak resident memory, MiB
     with tempfile.TemporaryDirectory() as tmp:
         for k, turn in enumerate(args.turns):
             tree = (args.before if turn == "A" else args.after).resolve()
@@ -121,7 +122,9 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--data", str(args.data), "--before", str(args.before)]
             cmd += ["--repeats", str(args.repeats), "--bulk", str(args.bulk)]
             subprocess.run(cmd + ["--turn", str(tree), str(out)], check=True)
-            runs[turn].append(json.loads(out.read_text()))
+            record = json.loads(out.read_text())
+            peaks[turn].append(record.pop("peak_rss_mib"))
+            runs[turn].append(record)
     lines = [
         f"# Engine A/B: {args.before} (A) against {args.after} (B)",
         "",
@@ -133,7 +136,7 @@ def main() -> None:
         "| outside the passes, A | B |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for rung in [r for r in runs["A"][0] if r != "peak_rss_mib"]:
+    for rung in runs["A"][0]:
         a = [w for r in runs["A"] for w in r[rung]["walls"]]
         b = [w for r in runs["B"] for w in r[rung]["walls"]]
         total, flips, largest = compare(runs["A"][0][rung]["verdicts"], runs["B"][0][rung]["verdicts"])
@@ -143,8 +146,8 @@ def main() -> None:
             f"{statistics.median(a) / statistics.median(b):.3f} | {total} | {flips} | {largest:.1e} | "
             f"{outside(runs['A'], rung)} | {outside(runs['B'], rung)} |"
         )
-    peaks = {t: ", ".join(str(r["peak_rss_mib"]) for r in runs[t]) for t in "AB"}
-    lines += ["", f"Peak resident memory of each turn's process, MiB: A {peaks['A']}; B {peaks['B']}."]
+    a_peaks, b_peaks = (", ".join(map(str, peaks[t])) for t in "AB")
+    lines += ["", f"Peak resident memory of each turn's process, MiB: A {a_peaks}; B {b_peaks}."]
     (HERE / "results").mkdir(exist_ok=True)
     (HERE / "results" / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -52,19 +52,20 @@ def pack_linears(model) -> str:
     holders: dict[int, int] = {}  # where a weight starts -> how many parameters hold it (tied ones: more than one)
     for _, param in model.named_parameters(remove_duplicate=False):
         holders[param.data_ptr()] = holders.get(param.data_ptr(), 0) + 1
-    released = 0
+    released, packed = 0, []
     for module in linears:
         weight = module.weight
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
-        # The bias copied: a view would keep the file's mapping alive (below) in every judge with biases (Qwen2).
-        module.forward = _packed(packed, None if module.bias is None else module.bias.detach().clone())
+        packed.append(torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT))
         if holders[weight.data_ptr()] == 1:
             released += weight.numel() * weight.element_size()
             module.register_parameter("weight", None)
-    with torch.no_grad():  # before anything else holds a view of them (layer_ops keeps its norms' weights)
+    # Before anything holds a view of them (the packed forwards their biases, layer_ops its norms' weights).
+    with torch.no_grad():
         for param in model.parameters():
             if param.device.type == "cpu":
                 param.data = param.data.clone()
+    for module, weight in zip(linears, packed):
+        module.forward = _packed(weight, None if module.bias is None else module.bias.detach())
     return (
         f"oneDNN on prepacked weights ({len(linears)} linear layers; 2-3x torch's linear at 8-256 rows here; "
         f"their dense copies released, {released / 2**20:,.0f} MiB)"
