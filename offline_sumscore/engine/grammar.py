@@ -39,6 +39,9 @@ class GrammarCompiler:
         self._hf_tokenizer = hf_tokenizer
         self._specs: dict[str, Any] = {}
         self._texts: list[str] | None = None
+        # The samplers' closed choices (sampling.ChoiceTokens), each built once per judge: a scan of the vocabulary's
+        # texts, 75 ms for the embedded judge's, which every new engine on this judge would otherwise pay again.
+        self.choices: dict = {}
         self._lock = threading.Lock()
 
     def spec(self, grammar: tuple[str, str]):

@@ -77,9 +77,12 @@ def mix() -> list[StageRequest]:
     return reqs
 
 
-def run(judge, without=(), pass_tokens=None, attention_kernel=True, **engine_options):
+def run(judge, without=(), pass_tokens=None, attention_kernel=True, pick_kernel=True, **engine_options):
     settings = dict(
-        features=EngineFeatures().without(*without), pass_tokens=pass_tokens, attention_kernel=attention_kernel
+        features=EngineFeatures().without(*without),
+        pass_tokens=pass_tokens,
+        attention_kernel=attention_kernel,
+        pick_kernel=pick_kernel,
     )
     with lab(**settings):  # the engine's developer hook
         engine = TransformersEngine(judge, **engine_options)
@@ -125,6 +128,20 @@ def test_passes_attended_by_the_kernel_equal_passes_attended_through_sdpa(judge,
     sdpa, stats = run(judge, attention_kernel=False)
     same(full[0], sdpa)
     assert stats.as_dict() | {"seconds": 0} == full[1].as_dict() | {"seconds": 0}  # the same passes, tokens, drafts
+
+
+def test_picks_by_the_kernel_equal_picks_on_torch_operators(judge, full):
+    with lab(pick_kernel=False):
+        assert TransformersEngine(judge).describe()["pick_kernel"] == "torch (the kernel switched off)"
+    on = TransformersEngine(judge).describe()["pick_kernel"]
+    if "AVX512" in torch.backends.cpu.get_cpu_capability():  # where it applies it must run, not fall back
+        assert on.startswith("kernel"), on
+    plain, stats = run(judge, pick_kernel=False)
+    same(full[0], plain)
+    # the same logits read the same way: every pick, and every P(yes) to the bit
+    assert [r.choice_probs for r in full[0]] == [r.choice_probs for r in plain]
+    assert any(r.choice_probs for r in plain)
+    assert stats.as_dict() | {"seconds": 0} == full[1].as_dict() | {"seconds": 0}
 
 
 def test_shared_prefix_rows_equal_unshared_rows(judge, full):

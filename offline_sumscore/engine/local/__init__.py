@@ -13,6 +13,7 @@ Where each part lives, in the order a request meets them:
 - forward.py     the decoder over KV slots: one ragged pass, the vocabulary projection where tokens are read.
 - attention.py   where a pass's tokens go and what each attends; the attention itself.
 - attention_kernel.py  a pass's attention on a CPU with AVX-512 (attention_kernel.cpp): its build, where it runs.
+- pick_kernel.py  the greedy picks under the grammar masks on a CPU with AVX-512 (pick_kernel.cpp).
 - kv_slots.py    the keys and values: one slot per row, in buffers allocated ahead.
 - prefix_store.py  computed prefixes kept across steps, samples and calls.
 - likelihood.py  likelihood requests: one pass, no decoding.
@@ -21,8 +22,8 @@ Where each part lives, in the order a request meets them:
 - host_heap.py   the host's C heap handed back every few hundred passes, so a long CPU run's memory stays flat.
 - features.py    the features the ladder switches, the counters, the timing hook's records.
 - lab.py         the one developer hook: features, the prefix store's and a pass's token budgets, a timing hook
-                 and the attention kernel on or off, for the ladder, the profiler and the engine's tests; no user
-                 option.
+                 and the attention and pick kernels on or off, for the ladder, the profiler and the engine's tests;
+                 no user option.
 
 One step of the loop (step.py):
 1. Admit waiting units while the row cap and the token budget allow; finished rows left after the last step.

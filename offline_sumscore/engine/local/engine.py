@@ -93,6 +93,7 @@ class TransformersEngine(Engine):
             stats=self.stats,
             max_rows=self.max_rows,
             on_timing=settings.on_timing,
+            pick_kernel=settings.pick_kernel,
         )
         self.drafter = Drafter(
             enabled=features.drafts,
@@ -128,6 +129,7 @@ class TransformersEngine(Engine):
             "device_share": self.device_share,
             "attention": self.attention,  # ragged passes attend with ours, whatever the model was loaded with
             "attention_kernel": self.passes.attention,  # the passes' attention kernel, or SDPA and why
+            "pick_kernel": self.sampler.picks_on,  # the picks' kernel, or torch's operators and why
             "loaded_attention": self.loaded_attention,
             "grammar_backend": f"{BACKEND}: lazy token masks, no per-schema index to precompile",
             "shared_prefix": f.shared_prefix,

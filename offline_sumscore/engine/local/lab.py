@@ -27,6 +27,7 @@ class LabSettings:
     pass_tokens: int | None = None  # tokens a pass computes at most (None: the device's default, capacity.py)
     on_timing: Callable[[Timing], None] | None = None  # called with every timed pass and mask fill (the profiler)
     attention_kernel: bool = True  # the passes' attention kernel where it applies (attention_kernel.py); else SDPA
+    pick_kernel: bool = True  # the picks' kernel where it applies (pick_kernel.py); else torch's operators
 
 
 _current = LabSettings()

@@ -2,7 +2,8 @@
 of a step's read points, and the judge's greedy picks and P(yes) under them.
 
 Masks are filled on the CPU, in llguidance's threads, into one pinned bitmask while the device runs the pass, moved
-to the device once, unpacked and applied there. Where the allowed tokens form a closed choice (true/false, "1"/"0"),
+to the device once, unpacked and applied there; on a CPU with AVX-512 the pick kernel (pick_kernel.py) applies the
+packed masks as it reads each row's logits, once. Where the allowed tokens form a closed choice (true/false, "1"/"0"),
 P(yes) is read from the same distribution; picks and P(yes) come back in one transfer, the step's one
 synchronisation with the device. A NaN in the logits is never read as a verdict.
 """
@@ -16,12 +17,24 @@ import numpy as np
 import torch
 
 from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
+from offline_sumscore.engine.local.pick_kernel import pick_kernel as native_picks
 from offline_sumscore.engine.local.plan import Pick, ReadPoint, StepPlan
 from offline_sumscore.engine.local.transfer import to_device
 
 
 class Sampler:
-    def __init__(self, judge, grammars, *, features: EngineFeatures, stats: EngineStats, max_rows: int, on_timing):
+    def __init__(
+        self,
+        judge,
+        grammars,
+        *,
+        features: EngineFeatures,
+        stats: EngineStats,
+        max_rows: int,
+        on_timing,
+        pick_kernel: bool = True,
+    ):
+        """pick_kernel: the pick kernel where it applies (pick_kernel.py); else torch's operators."""
         import llguidance
 
         self.grammars, self.features, self.stats, self.on_timing = grammars, features, stats, on_timing
@@ -32,8 +45,9 @@ class Sampler:
         self.device = judge.model.device
         self.max_rows = max_rows
         self._executor = llguidance.LLExecutor()  # fills the rows' grammar masks in parallel threads
-        self._choices: dict[tuple[str, str], ChoiceTokens] = {}
+        self._choices: dict[tuple[str, str], ChoiceTokens] = grammars.choices  # the judge's, shared by its engines
         self._allocate_bitmask(max_rows)
+        self.kernel, self.picks_on = native_picks(self.device, pick_kernel)  # the kernel, or None; in words
 
     # -- a row's grammar --------------------------------------------------------------------------------------
     def start(self, row, computed: int, now: float) -> None:
@@ -94,15 +108,19 @@ class Sampler:
         pick decides the verdict, so each verdict gets exactly one). Brought back in one transfer."""
         if not reads:
             return []
-        poisoned = torch.isnan(logits).any(dim=1)
-        started = time.perf_counter()
         mask_rows = to_device(torch.tensor([r.mask_row for r in reads], dtype=torch.long), self.device)
-        packed = to_device(bitmask, self.device).index_select(0, mask_rows)
-        allowed = unpack(packed, self.vocab_size)
-        self._timed(started)
-        logits = logits.masked_fill(~allowed, float("-inf"))
-        picks = logits.argmax(dim=-1)
-        p_yes = self._p_yes(rows, reads, logits, packed, picks)
+        if self.kernel is not None:  # one pass over each row: -1 where it holds a NaN
+            picks = self.kernel(logits, bitmask, mask_rows, self.vocab_size)
+            poisoned = picks < 0
+            packed = bitmask.index_select(0, mask_rows)
+        else:
+            poisoned = torch.isnan(logits).any(dim=1)
+            started = time.perf_counter()
+            packed = to_device(bitmask, self.device).index_select(0, mask_rows)
+            allowed = unpack(packed, self.vocab_size)
+            self._timed(started)
+            picks = logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
+        p_yes = self._p_yes(rows, reads, logits, packed, picks.clamp(min=0))
         back = torch.stack([picks.to(torch.float32), poisoned.to(torch.float32), p_yes], 1).tolist()
         return [Pick(-1 if bad else int(p), None if q != q else q) for p, bad, q in back]
 
@@ -119,10 +137,10 @@ class Sampler:
         for choice, ks in by_choice.items():
             choice_tokens = self._choice_tokens(choice)
             k_t = to_device(torch.tensor(ks, dtype=torch.long), self.device)
-            mine = logits.index_select(0, k_t)
-            yes = mine.index_select(1, choice_tokens.yes).logsumexp(1)
-            no = mine.index_select(1, choice_tokens.no).logsumexp(1)
-            other = (packed.index_select(0, k_t) & choice_tokens.other_words).ne(0).any(1)
+            mine, words = logits.index_select(0, k_t), packed.index_select(0, k_t)
+            yes = masked_columns(mine, words, choice_tokens.yes).logsumexp(1)
+            no = masked_columns(mine, words, choice_tokens.no).logsumexp(1)
+            other = (words & choice_tokens.other_words).ne(0).any(1)
             closed = ~other & torch.isfinite(yes) & torch.isfinite(no)
             decisive = choice_tokens.decisive[picks.index_select(0, k_t)]
             value = torch.where(decisive & closed, torch.sigmoid(yes - no), torch.full_like(yes, float("nan")))
@@ -163,6 +181,13 @@ class ChoiceTokens:
             decisive=torch.from_numpy(yes | no).to(device),
             other_words=torch.from_numpy(packed.copy()).to(device),
         )
+
+
+def masked_columns(logits, packed, columns):
+    """logits [rows, vocab] at these token columns, -inf where the row's packed mask ([rows, words] int32) does not
+    allow the token: [rows, len(columns)]."""
+    bits = (packed.index_select(1, columns // 32) >> (columns % 32).to(torch.int32)) & 1
+    return logits.index_select(1, columns).masked_fill(bits == 0, float("-inf"))
 
 
 def unpack(bitmask, vocab_size: int):
