@@ -1,5 +1,5 @@
 """The picks' kernel (engine/local/pick_kernel.cpp) against torch's masked argmax, and P(yes)'s masked columns against
-the mask unpacked. Built at first use (about 20 s once; torch caches the build)."""
+the mask unpacked. Built at first use (about 30 s once; torch caches the build)."""
 
 import pytest
 import torch

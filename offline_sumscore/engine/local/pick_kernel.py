@@ -24,7 +24,7 @@ NATIVE = NativeModule(
     "offline_sumscore_pick",
     ["masked_argmax"],
     "the pick kernel",
-    20,
+    30,
     AVX512_FLAGS,
 )
 
