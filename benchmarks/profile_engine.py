@@ -147,7 +147,7 @@ def passes(judge, make_engine, inputs, caps) -> dict:
     return {"wall_s": wall, "outside_passes_s": wall - sum(p["s"] for p in log), "phases": by_phase, "log": log}
 
 
-def bound(judge, log: list[dict], make_engine, naive_engine, inputs, caps, turns: int = 4) -> dict:
+def bound(judge, log: list[dict], make_engine, naive_engine, inputs, caps, turns: int = 8) -> dict:
     """The least time the engine's own passes could take on this machine: each logged step that carries prompts as
     its tokens spread evenly over its rows through the bare decoder (no cache, so no attention over stored columns),
     and each decoding step's tokens as that many rows of one token; nothing between the passes. The machine's speed

@@ -11,7 +11,6 @@ synchronisation with the device. A NaN in the logits is never read as a verdict.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +45,6 @@ class Sampler:
         self.device = judge.model.device
         self.max_rows = max_rows
         self._executor = llguidance.LLExecutor()  # fills the rows' grammar masks in parallel threads
-        self._filler = ThreadPoolExecutor(1, thread_name_prefix="offline_sumscore-masks")  # start_masks
         self._choices: dict[tuple[str, str], ChoiceTokens] = grammars.choices  # the judge's, shared by its engines
         self._allocate_bitmask(max_rows)
         self.kernel, self.picks_on = native_picks(self.device, pick_kernel)  # the kernel, or None; in words
@@ -71,12 +69,6 @@ class Sampler:
             self.stats.skipped_forwards += 1
 
     # -- masks ------------------------------------------------------------------------------------------------
-    def start_masks(self, rows, plan: StepPlan) -> Future:
-        """masks(rows, plan) in the sampler's one worker thread, begun now (before the pass): its result, or what it
-        raised, comes from the future. A plan's read points and grammar states are fixed before its pass, and the
-        pass touches neither."""
-        return self._filler.submit(self.masks, rows, plan)
-
     def masks(self, rows, plan: StepPlan):
         """The plan's grammar masks, filled in parallel into one reused bitmask ([rows, words] int32, pinned on a
         GPU host): a feed's mask_row for its next token, mask_row + 1 + m for the token after its draft token m.

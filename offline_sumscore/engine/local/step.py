@@ -7,9 +7,9 @@ slots, not a row), so an out-of-memory error raised anywhere in it leaves the ba
    may add a draft of guessed tokens (drafts.py), checked in this same pass. The judge's pick is read after each
    whole row's pending tokens and after each of its guessed tokens.
 2. The pass: every feed as one flat ragged sequence through the decoder (forward.py).
-3. Masks: while the device runs the pass, the grammar mask of every read point is filled on the CPU, in a
-   thread of the sampler's (llguidance's own threads, which release the GIL), so on a CPU too the fill runs beside
-   the pass's Python and memory-bound work rather than after it.
+3. Masks: while the device runs the pass, the grammar mask of every read point is filled on the CPU (on a CPU,
+   whose pass is synchronous, after it: filled in a thread beside the pass they gained nothing measurable on the
+   2-core machine, docs/performance.md).
 4. Picks: the greedy pick and P(yes) at every read point, in one transfer; only now is the pass committed.
 5. Update (Stepper.update, the one place a step changes rows): pending tokens computed; a unit's prefix, computed
    in its lead's slot, goes to the prefix store and into the slots of the rows waiting for it; each row keeps its
@@ -18,8 +18,6 @@ slots, not a row), so an out-of-memory error raised anywhere in it leaves the ba
 """
 
 from __future__ import annotations
-
-from concurrent.futures import wait
 
 from offline_sumscore.core.errors import Failure
 from offline_sumscore.engine.local.drafts import Draft, Drafter
@@ -52,15 +50,13 @@ class Stepper:
         if plan is None:
             return
         cache = batch.cache
-        masks = self.sampler.start_masks(batch.rows, plan)  # 3, filled beside the pass
-        try:
-            hidden, offsets = self.passes.run(cache, plan.tokens, plan.starts, kind="step", commit=False)  # 2
-            bitmask, only_eos = masks.result()
+        hidden, offsets = self.passes.run(cache, plan.tokens, plan.starts, kind="step", commit=False)  # 2
+        try:  # a failure from here on leaves the cache as it was, as a failed pass does
+            bitmask, only_eos = self.sampler.masks(batch.rows, plan)  # 3
             reads = plan.read_points(offsets)
             logits = self.passes.logits(hidden, [r.hidden_at for r in reads], self.sampler.vocab_size)  # 4
             picks = self.sampler.pick(batch.rows, reads, logits, bitmask)
         except BaseException:
-            wait([masks])  # the fill writes the sampler's one bitmask: done before anything runs again
             cache.abort()
             raise
         cache.commit()
