@@ -56,6 +56,22 @@ def judge():
 
 
 @pytest.fixture
+def missing_compiler(monkeypatch):
+    """Call with a kernel's NativeModule: its next build is a first one (announced on stderr) on a machine whose
+    compiler is missing ("g++: command not found"), for the tests that it fails loudly."""
+
+    def broken(**kwargs):
+        raise OSError("g++: command not found")
+
+    def break_build(native):
+        monkeypatch.setattr(native, "built", {})
+        monkeypatch.setattr(native, "cached", lambda: False)
+        monkeypatch.setattr("torch.utils.cpp_extension.load_inline", broken)
+
+    return break_build
+
+
+@pytest.fixture
 def use_scripted(monkeypatch, scripted):
     """The CLI's scorers answer from the scripted judge instead of loading a model."""
     from offline_sumscore import SummarizationScorer, SummaryScore

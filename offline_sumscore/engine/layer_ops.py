@@ -23,7 +23,6 @@ from __future__ import annotations
 import inspect
 import os
 import sys
-import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -65,11 +64,9 @@ def fuse_layer_ops(model) -> str:
     }
     if not (norms or mlps or homes):
         return "torch's operators (no Llama-style norm, MLP or rotary embedding in this judge)"
-    try:
-        ops = NATIVE.build()
-    except RuntimeError as e:
-        warnings.warn(f"{e}. The judge runs torch's operators instead: slower, the same verdicts.", stacklevel=2)
-        return f"torch's operators (the layer kernels failed to build: {e})"
+    ops, error = NATIVE.build_or_warn("The judge runs torch's operators instead: slower, the same verdicts.")
+    if ops is None:
+        return f"torch's operators (the layer kernels failed to build: {error})"
     for module in norms:
         module.forward = _marked(_norm(ops, module.weight.detach(), module.variance_epsilon))
     for module in mlps:

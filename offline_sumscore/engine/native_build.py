@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 SHARED = [Path(__file__).with_name("exp16.h")]  # put before every kernel's own source
@@ -55,6 +56,15 @@ class NativeModule:
                 raise RuntimeError(self.built["error"]) from e
             self.built["module"] = module
             return module
+
+    def build_or_warn(self, instead: str):
+        """(the compiled module, None), or (None, what failed) after a warning that says what failed and, in the
+        caller's words, what runs instead."""
+        try:
+            return self.build(), None
+        except RuntimeError as e:
+            warnings.warn(f"{e}. {instead}", stacklevel=3)  # at the caller's caller, as its own warning was
+            return None, str(e)
 
     def cached(self) -> bool:
         """Whether torch's extension cache holds a build (then loading it takes a fraction of a second)."""

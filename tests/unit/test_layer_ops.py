@@ -132,14 +132,8 @@ def test_the_switch_keeps_torchs_operators(monkeypatch):
 
 
 @needs_avx512
-def test_a_build_that_fails_is_said_loudly_and_nothing_is_replaced(monkeypatch, capsys):
-    monkeypatch.setattr(layer_ops.NATIVE, "built", {})
-    monkeypatch.setattr(layer_ops.NATIVE, "cached", lambda: False)
-
-    def broken(**kwargs):
-        raise OSError("g++: command not found")
-
-    monkeypatch.setattr("torch.utils.cpp_extension.load_inline", broken)
+def test_a_build_that_fails_is_said_loudly_and_nothing_is_replaced(missing_compiler, capsys):
+    missing_compiler(layer_ops.NATIVE)
     model = tiny_llama()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -1,6 +1,8 @@
 """The picks' kernel (engine/local/pick_kernel.cpp) against torch's masked argmax, and P(yes)'s masked columns against
 the mask unpacked. Built at first use (about 30 s once; torch caches the build)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -82,3 +84,17 @@ def test_masked_columns_equal_the_unpacked_mask_at_those_columns():
     columns = torch.tensor([0, 31, 32, 224 + 5, 999, 500])
     expected = logits.masked_fill(~unpack(bitmask, vocab), float("-inf")).index_select(1, columns)
     assert torch.equal(masked_columns(logits, bitmask, columns), expected)
+
+
+def test_a_build_that_fails_is_said_loudly_and_the_picks_run_on_torch(missing_compiler, capsys):
+    if not AVX512:
+        pytest.skip("the kernel is not built on a CPU without AVX-512")
+    from offline_sumscore.engine.local import pick_kernel as pk
+
+    missing_compiler(pk.NATIVE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel, how = pick_kernel(torch.device("cpu"))
+    assert kernel is None and how.startswith("torch (the kernel failed to build") and "g++: command not found" in how
+    assert any("g++: command not found" in str(w.message) and "torch's operators" in str(w.message) for w in caught)
+    assert "building the pick kernel" in capsys.readouterr().err

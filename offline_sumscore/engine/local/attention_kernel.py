@@ -15,7 +15,6 @@ which and why (`judge.engine.attention_kernel`). Where it should run and its bui
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import torch
@@ -56,9 +55,7 @@ def attention_kernel(
     reason = why_not(device, dtype, head_dim, softcap)
     if reason is not None:
         return None, f"sdpa ({reason})"
-    try:
-        module = NATIVE.build()
-    except RuntimeError as e:
-        warnings.warn(f"{e}. Passes attend through SDPA instead: slower, the same verdicts.", stacklevel=2)
-        return None, f"sdpa (the kernel failed to build: {e})"
+    module, error = NATIVE.build_or_warn("Passes attend through SDPA instead: slower, the same verdicts.")
+    if module is None:
+        return None, f"sdpa (the kernel failed to build: {error})"
     return module.pass_attention, "kernel (attention_kernel.cpp, AVX-512)"

@@ -12,7 +12,6 @@ should run and its build fails, a warning says so and torch's operators run. The
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import torch
@@ -39,9 +38,7 @@ def pick_kernel(device: torch.device, wanted: bool = True):
     capability = torch.backends.cpu.get_cpu_capability()
     if "AVX512" not in capability:
         return None, f"torch (the kernel needs AVX-512; this CPU: {capability})"
-    try:
-        module = NATIVE.build()
-    except RuntimeError as e:
-        warnings.warn(f"{e}. Picks run on torch's operators instead: slower, the same picks.", stacklevel=2)
-        return None, f"torch (the kernel failed to build: {e})"
+    module, error = NATIVE.build_or_warn("Picks run on torch's operators instead: slower, the same picks.")
+    if module is None:
+        return None, f"torch (the kernel failed to build: {error})"
     return module.masked_argmax, "kernel (pick_kernel.cpp, AVX-512)"
