@@ -179,8 +179,7 @@ def bound(judge, log: list[dict], make_engine, naive_engine, inputs, caps, turns
         else:
             replayed = bare()
             pairs.append({"wall_s": engine_wall(), "bare_decoder_s": replayed})
-    shares = sorted(p["bare_decoder_s"] / p["wall_s"] for p in pairs)
-    middle = statistics.median(shares)
+    middle = statistics.median(p["bare_decoder_s"] / p["wall_s"] for p in pairs)
     started = time.perf_counter()
     SummarizationScorer(engine=naive_engine, **caps).score_many(inputs, on_error="return")
     naive = time.perf_counter() - started

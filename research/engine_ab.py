@@ -73,7 +73,8 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
             ]
             record = out.setdefault(name, {"walls": [], "outside": [], "verdicts": verdicts})
             record["walls"].append(wall)
-            # Masks are not subtracted: filled beside the pass, their time lies inside the passes' own.
+            # The masks are counted, not subtracted: filled beside a pass (a GPU's, or a CPU's as once tried) their
+            # time lies inside the pass's, and subtracting it would count it twice.
             record["outside"].append((wall - passes) / passes)
     # The process's peak resident memory (Linux: KiB), the whole turn's: loading, warm-up and every run.
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024

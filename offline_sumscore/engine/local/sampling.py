@@ -109,16 +109,15 @@ class Sampler:
         if not reads:
             return []
         mask_rows = to_device(torch.tensor([r.mask_row for r in reads], dtype=torch.long), self.device)
+        started = time.perf_counter()
+        packed = to_device(bitmask, self.device).index_select(0, mask_rows)
         if self.kernel is not None:  # one pass over each row: -1 where it holds a NaN
             picks = self.kernel(logits, bitmask, mask_rows, self.vocab_size)
             poisoned = picks < 0
-            packed = bitmask.index_select(0, mask_rows)
         else:
-            poisoned = torch.isnan(logits).any(dim=1)
-            started = time.perf_counter()
-            packed = to_device(bitmask, self.device).index_select(0, mask_rows)
             allowed = unpack(packed, self.vocab_size)
             self._timed(started)
+            poisoned = torch.isnan(logits).any(dim=1)
             picks = logits.masked_fill(~allowed, float("-inf")).argmax(dim=-1)
         p_yes = self._p_yes(rows, reads, logits, packed, picks.clamp(min=0))
         back = torch.stack([picks.to(torch.float32), poisoned.to(torch.float32), p_yes], 1).tolist()
