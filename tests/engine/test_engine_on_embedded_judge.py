@@ -119,24 +119,25 @@ def test_prompts_fed_in_chunks_equal_prompts_fed_whole(judge, full):
     assert stats.decoded_tokens == full[1].decoded_tokens and stats.forced_tokens == full[1].forced_tokens
 
 
-def test_passes_attended_by_the_kernel_equal_passes_attended_through_sdpa(judge, full):
-    with lab(attention_kernel=False):
-        assert TransformersEngine(judge).describe()["attention_kernel"] == "sdpa (the kernel switched off)"
-    on = TransformersEngine(judge).describe()["attention_kernel"]
+def run_without_kernel(judge, kernel: str, off: str):
+    """The engine's description names the kernel switched off as `off`, and where it applies (AVX-512) the kernel
+    runs rather than falling back; then the mix run with the kernel off."""
+    with lab(**{kernel: False}):
+        assert TransformersEngine(judge).describe()[kernel] == off
+    on = TransformersEngine(judge).describe()[kernel]
     if "AVX512" in torch.backends.cpu.get_cpu_capability():  # where it applies it must run, not fall back
         assert on.startswith("kernel"), on
-    sdpa, stats = run(judge, attention_kernel=False)
+    return run(judge, **{kernel: False})
+
+
+def test_passes_attended_by_the_kernel_equal_passes_attended_through_sdpa(judge, full):
+    sdpa, stats = run_without_kernel(judge, "attention_kernel", "sdpa (the kernel switched off)")
     same(full[0], sdpa)
     assert stats.as_dict() | {"seconds": 0} == full[1].as_dict() | {"seconds": 0}  # the same passes, tokens, drafts
 
 
 def test_picks_by_the_kernel_equal_picks_on_torch_operators(judge, full):
-    with lab(pick_kernel=False):
-        assert TransformersEngine(judge).describe()["pick_kernel"] == "torch (the kernel switched off)"
-    on = TransformersEngine(judge).describe()["pick_kernel"]
-    if "AVX512" in torch.backends.cpu.get_cpu_capability():  # where it applies it must run, not fall back
-        assert on.startswith("kernel"), on
-    plain, stats = run(judge, pick_kernel=False)
+    plain, stats = run_without_kernel(judge, "pick_kernel", "torch (the kernel switched off)")
     same(full[0], plain)
     # the same logits read the same way: every pick, and every P(yes) to the bit
     assert [r.choice_probs for r in full[0]] == [r.choice_probs for r in plain]

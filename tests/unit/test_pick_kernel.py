@@ -86,9 +86,8 @@ def test_masked_columns_equal_the_unpacked_mask_at_those_columns():
     assert torch.equal(masked_columns(logits, bitmask, columns), expected)
 
 
+@needs_avx512
 def test_a_build_that_fails_is_said_loudly_and_the_picks_run_on_torch(missing_compiler, capsys):
-    if not AVX512:
-        pytest.skip("the kernel is not built on a CPU without AVX-512")
     from offline_sumscore.engine.local import pick_kernel as pk
 
     missing_compiler(pk.NATIVE)
