@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.throughput import CONFIGS, RESULTS, OutlinesEngine, frozen_inputs  # noqa: E402
+from benchmarks.throughput import CONFIGS, RESULTS, OutlinesEngine, frozen_inputs, ladder_caps  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
 from offline_sumscore.engine.local.lab import lab  # noqa: E402
@@ -253,14 +253,7 @@ def main() -> None:
     cfg = CONFIGS["cpu"]
     judge = load_judge()
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
-    caps = dict(
-        claims="sentences",
-        coverage="questions",
-        verdicts="yes-no",
-        max_questions=cfg["questions"],
-        max_text_chars=cfg["text_chars"],
-        max_reason_chars=cfg["reason_chars"],
-    )
+    caps = ladder_caps(cfg)
 
     def engine_with(features: EngineFeatures):
         def make(**hook) -> TransformersEngine:

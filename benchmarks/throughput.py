@@ -230,6 +230,19 @@ def physical_floor(judge, peaks, processed_tokens, read_tokens, forward_passes, 
 
 
 # -- inputs ----------------------------------------------------------------------------------------------------
+def ladder_caps(cfg: dict) -> dict:
+    """The scorer options every generating rung runs with (the ladder's workload): the summary's sentences as
+    claims, questions drawn from the source, yes-no verdicts, each bounded by the config."""
+    return dict(
+        claims="sentences",
+        coverage="questions",
+        verdicts="yes-no",
+        max_questions=cfg["questions"],
+        max_text_chars=cfg["text_chars"],
+        max_reason_chars=cfg["reason_chars"],
+    )
+
+
 def frozen_inputs(path: Path, n: int, source_chars: int) -> list[dict]:
     """The first n items of a JSONL file with source/summary, one summary per document, sources cut at a sentence
     end near source_chars (so the CPU run fits its time box). Without a file (path None), or past its end, the
@@ -478,14 +491,7 @@ def main() -> None:
     judge = load(args.config, args.tokenizer, args.model, args.layers, args.allow_cpu, args.vocab, args.dtype)
     peaks = measure_peaks(judge.model.device, judge.model.dtype)
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
-    caps = dict(
-        claims="sentences",
-        coverage="questions",
-        verdicts="yes-no",
-        max_questions=cfg["questions"],
-        max_text_chars=cfg["text_chars"],
-        max_reason_chars=cfg["reason_chars"],
-    )
+    caps = ladder_caps(cfg)
     warm_up(
         judge,
         inputs,

@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from benchmarks.profile_engine import bound_shapes, operator_seconds, phase, replay  # noqa: E402
-from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
+from benchmarks.throughput import CONFIGS, bulk_inputs, ladder_caps  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
 from offline_sumscore.engine.local.attention import RaggedPass  # noqa: E402
@@ -99,8 +99,7 @@ def main() -> None:
     cfg = CONFIGS["cpu"]
     judge = load_judge()
     inputs = bulk_inputs(args.data, args.samples, cfg["source_chars"])
-    options = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
-    options.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    options = ladder_caps(cfg)
     SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")  # warm
     wall, log, layouts, stats = timed_run(judge, inputs, options)
     print(f"timed run: {wall:.1f} s", flush=True)

@@ -38,7 +38,7 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
 
     if not offline_sumscore.__file__.startswith(str(tree)):
         raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
-    from benchmarks.throughput import CONFIGS, bulk_inputs, frozen_inputs, ladder_rungs
+    from benchmarks.throughput import CONFIGS, bulk_inputs, frozen_inputs, ladder_caps, ladder_rungs
     from offline_sumscore import SummarizationScorer, load_judge
     from offline_sumscore.engine.local.lab import lab
 
@@ -48,8 +48,7 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
         inputs = bulk_inputs(data, bulk, cfg["source_chars"])
     else:
         inputs = frozen_inputs(data, cfg["samples"], cfg["source_chars"])
-    caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
-    caps.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    caps = ladder_caps(cfg)
     ladder = ladder_rungs(judge, caps, cfg)  # the tree's own rungs: (label, engine factory, scorer options)
     rungs = {name: ladder[name][1:] for name in (("7",) if bulk else RUNGS)}
     for name in [n for n in ("7", "8") if n in rungs]:  # warm-up: grammars and kernels of both designs

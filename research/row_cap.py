@@ -20,7 +20,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
+from benchmarks.throughput import CONFIGS, bulk_inputs, ladder_caps  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
 from research.engine_ab import compare  # noqa: E402  (verdicts, flips, largest P(yes) change)
@@ -75,10 +75,7 @@ def turns_table(runs: dict, values: list, samples: int, label: str) -> list[str]
 
 
 def bulk_options() -> dict:
-    cfg = CONFIGS["cpu"]
-    options = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
-    options.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
-    return options
+    return ladder_caps(CONFIGS["cpu"])
 
 
 def turns_parser(description: str, *, samples: int, name: str) -> argparse.ArgumentParser:

@@ -136,14 +136,13 @@ def main() -> None:
     ap.add_argument("--name", default="standard_floor")
     args = ap.parse_args()
 
-    from benchmarks.throughput import CONFIGS, frozen_inputs, ladder_rungs
+    from benchmarks.throughput import CONFIGS, frozen_inputs, ladder_caps, ladder_rungs
     from offline_sumscore import SummarizationScorer, load_judge
 
     cfg = CONFIGS["cpu"]
     judge = load_judge()
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
-    caps = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=cfg["questions"])
-    caps.update(max_text_chars=cfg["text_chars"], max_reason_chars=cfg["reason_chars"])
+    caps = ladder_caps(cfg)
     ladder = ladder_rungs(judge, caps, cfg)
     make, options = ladder["7"][1:]
     SummarizationScorer(engine=make(), **options).score_many(inputs[:1], on_error="return")  # grammars, kernels
