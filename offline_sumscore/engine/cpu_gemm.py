@@ -13,6 +13,10 @@ any tensor views it; so the weights that stay (embeddings, norms) are copied out
 embedded judge's process then holds 1,003 MiB after loading instead of 1,407.
 OFFLINE_SUMSCORE_CPU_GEMM=torch keeps torch's linear (an A/B switch for the benchmarks).
 
+A weight that is exactly 4-bit block codes (the embedded judge's, from its GGUF) is also kept as those codes, 66 MB
+beside the packed 425 MB, and a pass of a few dozen rows or fewer multiplies them instead (block_codes.py): such a
+pass is bound by streaming the weights, not by arithmetic.
+
 oneDNN builds a primitive for each input shape it meets and caches it twice (its own primitive cache and ideep's
 above it, 1,024 entries each by default), about 0.5 MB a shape. The engine's passes carry every token count from 1 to
 the budget, so on a long run both caches fill: measured, the C heap in use grew by 350 MiB over the soak's first 350
@@ -24,6 +28,8 @@ s with 1,024), so both caches are capped at PRIMITIVE_CACHE entries, unless the 
 from __future__ import annotations
 
 import os
+
+from offline_sumscore.engine import block_codes
 
 ROWS_HINT = 64  # the row count oneDNN lays the packed weight out for; any row count runs on it
 PRIMITIVE_CACHE = 64  # shapes kept by oneDNN's primitive cache and by ideep's (each a few passes' worth)
@@ -52,10 +58,12 @@ def pack_linears(model) -> str:
     holders: dict[int, int] = {}  # where a weight starts -> how many parameters hold it (tied ones: more than one)
     for _, param in model.named_parameters(remove_duplicate=False):
         holders[param.data_ptr()] = holders.get(param.data_ptr(), 0) + 1
-    released, packed = 0, []
+    coded_linear, not_coded = block_codes.kernel()
+    released, packed, coded = 0, [], []
     for module in linears:
         weight = module.weight
         packed.append(torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT))
+        coded.append(None if coded_linear is None else block_codes.find_block_codes(weight))
         if holders[weight.data_ptr()] == 1:
             released += weight.numel() * weight.element_size()
             module.register_parameter("weight", None)
@@ -64,11 +72,20 @@ def pack_linears(model) -> str:
         for param in model.parameters():
             if param.device.type == "cpu":
                 param.data = param.data.clone()
-    for module, weight in zip(linears, packed):
-        module.forward = _packed(weight, None if module.bias is None else module.bias.detach())
+    for module, weight, codes in zip(linears, packed, coded):
+        bias = None if module.bias is None else module.bias.detach()
+        module.forward = _packed(weight, bias) if codes is None else _coded(weight, bias, coded_linear, codes)
+    found = [c for c in coded if c is not None]
+    if found:
+        small = (
+            f"; passes of up to {block_codes.SMALL_ROWS} rows on 4-bit block codes for {len(found)} of them, the "
+            f"same weights to the bit ({sum(c.nbytes for c in found) / 2**20:,.0f} MiB)"
+        )
+    else:
+        small = f"; 4-bit block codes {not_coded or 'not found: no weight is exactly such a code'}"
     return (
         f"oneDNN on prepacked weights ({len(linears)} linear layers; 2-3x torch's linear at 8-256 rows here; "
-        f"their dense copies released, {released / 2**20:,.0f} MiB)"
+        f"their dense copies released, {released / 2**20:,.0f} MiB){small}"
     )
 
 
@@ -76,6 +93,19 @@ def _packed(weight, bias):
     import torch
 
     def forward(x):
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+    return forward
+
+
+def _coded(weight, bias, coded_linear, codes):
+    import torch
+
+    rows_at_most = block_codes.SMALL_ROWS * codes.codes.shape[1] * 2  # input elements of SMALL_ROWS rows
+
+    def forward(x):
+        if x.numel() <= rows_at_most:
+            return block_codes.linear(coded_linear, x, codes, bias)
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
     return forward
