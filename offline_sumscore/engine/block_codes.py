@@ -6,9 +6,9 @@ feeds a few dozen tokens or fewer reads every weight once and does little arithm
 fast the weights stream: 425 MB of float32 projections, about 20 ms a pass on the 2-core machine at 1 to 8 rows
 (research/results/small_rows_gemm.md), and the standard workload's chain of stages is mostly such passes. Held as
 codes the same weights take 66 MB, rebuilt in registers just before their multiply-adds (block_codes.cpp): the
-projections of a pass of 1 to 8 rows ran 2.4x to 5.7x faster than oneDNN's, 1.2x at 32, and oneDNN wins from about 90
-rows (research/results/block_codes.md). The weights multiplied are the same to the bit; the sums run in another
-order, within float32 rounding of oneDNN's.
+projections of a pass of 1 to 8 rows ran 4.9x to 2.1x faster than oneDNN's, 1.2x at 32 and 1.09x at 64, and oneDNN
+wins from about 90 rows (research/results/block_codes.md). The weights multiplied are the same to the bit; the sums
+run in another order, within float32 rounding of oneDNN's.
 
 find_block_codes recovers the codes from the float32 weight and checks that they rebuild every weight to the bit; a
 weight that is not such a code (a brought judge's float32 or bfloat16 weights) is told by its first row and left
@@ -30,13 +30,9 @@ from offline_sumscore.engine.native_build import AVX512_FLAGS, NativeModule
 BLOCK = 32  # weights a scale and a minimum cover (GGUF's Q4_1)
 LANES = 16  # outputs the kernel computes together, one a vector lane
 SMALL_ROWS = 64  # passes of at most this many rows run on the codes; oneDNN is faster from about 90
+SOURCE = Path(__file__).with_name("block_codes.cpp")
 NATIVE = NativeModule(
-    Path(__file__).with_name("block_codes.cpp"),
-    "offline_sumscore_block_codes",
-    ["block_code_linear"],
-    "the block-code linear kernel",
-    30,
-    AVX512_FLAGS,
+    SOURCE, "offline_sumscore_block_codes", ["block_code_linear"], "the block-code linear kernel", 30, AVX512_FLAGS
 )
 
 
@@ -57,12 +53,9 @@ def kernel():
     """(the kernel's function or None, in words why not)."""
     if os.environ.get("OFFLINE_SUMSCORE_BLOCK_CODES", "on") == "off":
         return None, "off (OFFLINE_SUMSCORE_BLOCK_CODES=off)"
-    capability = torch.backends.cpu.get_cpu_capability()
-    if "AVX512" not in capability:
-        return None, f"not used (the kernel needs AVX-512; this CPU: {capability})"
-    module, error = NATIVE.build_or_warn("Every pass's linears run on oneDNN instead: slower, the same weights.")
+    module, why = NATIVE.build_on_avx512("Every pass's linears run on oneDNN instead: slower, the same weights.")
     if module is None:
-        return None, f"not used (the kernel failed to build: {error})"
+        return None, f"not used ({why})"
     return module.block_code_linear, ""
 
 

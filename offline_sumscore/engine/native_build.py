@@ -57,14 +57,25 @@ class NativeModule:
             self.built["module"] = module
             return module
 
-    def build_or_warn(self, instead: str):
+    def build_or_warn(self, instead: str, stacklevel: int = 3):
         """(the compiled module, None), or (None, what failed) after a warning that says what failed and, in the
         caller's words, what runs instead."""
         try:
             return self.build(), None
         except RuntimeError as e:
-            warnings.warn(f"{e}. {instead}", stacklevel=3)  # at the caller's caller, as its own warning was
+            warnings.warn(f"{e}. {instead}", stacklevel=stacklevel)  # at the caller's caller, as its own warning was
             return None, str(e)
+
+    def build_on_avx512(self, instead: str):
+        """(the compiled module, None) on a CPU with AVX-512 where the build succeeds; else (None, why not, in a few
+        words): this CPU's capability, or what failed, after build_or_warn's warning."""
+        import torch
+
+        capability = torch.backends.cpu.get_cpu_capability()
+        if "AVX512" not in capability:
+            return None, f"the kernel needs AVX-512; this CPU: {capability}"
+        module, error = self.build_or_warn(instead, stacklevel=4)
+        return (module, None) if module is not None else (None, f"the kernel failed to build: {error}")
 
     def cached(self) -> bool:
         """Whether torch's extension cache holds a build (then loading it takes a fraction of a second)."""

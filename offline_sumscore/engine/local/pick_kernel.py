@@ -35,10 +35,7 @@ def pick_kernel(device: torch.device, wanted: bool = True):
         return None, "torch (the kernel switched off)"
     if device.type != "cpu":
         return None, f"torch (on {device.type} the picks run on torch's operators)"
-    capability = torch.backends.cpu.get_cpu_capability()
-    if "AVX512" not in capability:
-        return None, f"torch (the kernel needs AVX-512; this CPU: {capability})"
-    module, error = NATIVE.build_or_warn("Picks run on torch's operators instead: slower, the same picks.")
+    module, why = NATIVE.build_on_avx512("Picks run on torch's operators instead: slower, the same picks.")
     if module is None:
-        return None, f"torch (the kernel failed to build: {error})"
+        return None, f"torch ({why})"
     return module.masked_argmax, "kernel (pick_kernel.cpp, AVX-512)"
