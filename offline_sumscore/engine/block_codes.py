@@ -100,8 +100,7 @@ def _codes(weight: torch.Tensor):
 
 def linear(function, x: torch.Tensor, codes: BlockCodes, bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., inputs] through the coded weight (and bias) with the kernel function."""
-    flat = x.reshape(-1, x.shape[-1])
-    out = function(flat if flat.is_contiguous() else flat.contiguous(), codes.codes, codes.scales, codes.mins)
+    out = function(x.reshape(-1, x.shape[-1]).contiguous(), codes.codes, codes.scales, codes.mins)
     if bias is not None:
         out += bias
     return out.reshape(*x.shape[:-1], out.shape[-1])
