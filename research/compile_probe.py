@@ -14,7 +14,7 @@ linears, so the judge runs on torch's (OFFLINE_SUMSCORE_CPU_GEMM=torch). This me
 around the matmuls, not our engine's path: its ragged attention is Python and would break the graph at every layer.
 
 --freezing sets inductor's freezing (parameters as constants: inductor prepacks the linears' weights for oneDNN
-itself, as engine/cpu_gemm.py does by hand, and can fuse around them). --against-packed replays a second copy of the
+itself, as engine/cpu/cpu_gemm.py does by hand, and can fuse around them). --against-packed replays a second copy of the
 judge on our prepacked linears (eager, what the engine runs) in the same turns. --eager-attention keeps the attention
 calls out of the graph (torch.compiler.disable: a graph break in every layer, as the engine's ragged attention would
 be), to see what compiling wins around them. Prints a markdown table; writes results/compile_probe.md (--name).

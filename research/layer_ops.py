@@ -1,4 +1,4 @@
-"""The decoder's one-pass layer kernels (engine/layer_ops.cpp) against torch's operators, in turns.
+"""The decoder's one-pass layer kernels (engine/cpu/layer_ops.cpp) against torch's operators, in turns.
 
     python research/layer_ops.py
 
@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from offline_sumscore import load_judge  # noqa: E402
-from offline_sumscore.engine import layer_ops  # noqa: E402
+from offline_sumscore.engine.cpu import layer_ops  # noqa: E402
 from research.tables import publish  # noqa: E402
 
 

@@ -6,10 +6,11 @@ our own over the dense weights (C++, built at run time), and the rate the machin
 A pass that decodes a handful of rows computes little and reads every weight once: the embedded judge's 210 decoder
 projections hold 425 MB in float32, so such a pass is bound by how fast the weights stream. This times, at the
 judge's shapes (30 layers of q, k, v, o, gate, up and down; random weights), in alternating calls: the engine's
-oneDNN linears on weights prepacked as `engine/cpu_gemm.py` packs them, a plain AVX-512 kernel over the dense weights
-(4 outputs a block against up to 6 rows, the next block prefetched; both threads), and a sum over each weight (the
-same 210 reads with no arithmetic: what a projection bound by memory could reach). Then the vocabulary projection
-(49,152 x 576) at the rows a step reads. Outputs checked against torch's. Writes results/small_rows_gemm.md (--name).
+oneDNN linears on weights prepacked as `engine/cpu/cpu_gemm.py` packs them, a plain AVX-512 kernel over the dense
+weights (4 outputs a block against up to 6 rows, the next block prefetched; both threads), and a sum over each
+weight (the same 210 reads with no arithmetic: what a projection bound by memory could reach). Then the vocabulary
+projection (49,152 x 576) at the rows a step reads. Outputs checked against torch's. Writes
+results/small_rows_gemm.md (--name).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def build():
 
 def projections(shapes):
     """Dense weights, oneDNN's prepacked copies (the engine's row hint), and a timing of each way over all of them."""
-    from offline_sumscore.engine.cpu_gemm import ROWS_HINT
+    from offline_sumscore.engine.cpu.cpu_gemm import ROWS_HINT
 
     dense = [torch.randn(out, inp) for out, inp in shapes]
     packed = [torch.ops.mkldnn._reorder_linear_weight(w, ROWS_HINT) for w in dense]

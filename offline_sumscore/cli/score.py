@@ -24,7 +24,7 @@ from offline_sumscore.cli.app import (
     typed_flag,
 )
 from offline_sumscore.core.errors import InputError, SumscoreError, WriteError
-from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT
+from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE
 from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 
 
@@ -180,9 +180,9 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 @click.option(
     "--in-flight",
     type=click.IntRange(1, 4096),
-    default=DEFAULT_IN_FLIGHT,
-    show_default=True,
-    help="Rows scored at once in one stream through the judge (a new one starts as one finishes).",
+    default=None,
+    help="Rows scored at once in one stream through the judge (a new one starts as one finishes). Default: the "
+    "engine's: 32 on a CPU, a quarter of the row cap on a GPU (128).",
 )
 @click.option(
     "--judge-url",
@@ -205,12 +205,12 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 @click.option(
     "--engine",
     "engine_kind",
-    type=click.Choice(["local", "vllm", "ray"]),
-    default="local",
+    type=click.Choice(["auto", "local", "vllm", "ray"]),
+    default="auto",
     show_default=True,
-    help="local: our engine. vllm: vLLM's engine in this process, for a GPU that runs vLLM (pip install "
-    "'offline-sumscore[vllm]'). ray: a pool of Ray actors, one loaded judge each (pip install "
-    "'offline-sumscore[ray]').",
+    help="vllm: vLLM's engine in this process (pip install 'offline-sumscore[vllm]'). local: ours. auto: ours on a "
+    "CPU; on a CUDA GPU vLLM where it is installed, else ours (the run says which and why). ray: a pool of Ray "
+    "actors, one loaded judge each (pip install 'offline-sumscore[ray]').",
 )
 @click.option(
     "--ray-address",
@@ -339,7 +339,11 @@ def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, t
     from offline_sumscore.runs.files import Output, score_file
     from offline_sumscore.runs.ray_pool import RayPool
 
-    engine = None
+    engine, chosen = None, None
+    if not taken["judge_url"] and taken["engine_kind"] in ("auto", "local", "vllm"):
+        from offline_sumscore.engine.build import choose_engine
+
+        taken["engine_kind"], chosen = choose_engine(taken["engine_kind"], opts.get("model"), opts.get("device"))
     if taken["judge_url"]:
         from offline_sumscore.engine.build import served_engine
 
@@ -385,6 +389,7 @@ def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, t
             ),
             notify=None if quiet else say,
             warn=say,
+            announce=f"engine: {chosen}" if chosen else None,
         )
 
 

@@ -31,6 +31,9 @@ class Feed(Protocol):
     def give(self, ticket: int, result: StageResult) -> None: ...
 
 
+DEFAULT_IN_FLIGHT = 32  # samples a driver streams at once unless its engine says otherwise: enough to fill a CPU batch
+
+
 class Engine(ABC):
     """Every method a driver calls on an engine."""
 
@@ -55,6 +58,10 @@ class Engine(ABC):
         """Context tokens left once the request's prompt and a realistic output are in (negative: it does not fit);
         None where the engine cannot tell (the source is then never split)."""
         return None
+
+    def in_flight(self) -> int:
+        """Samples a driver should keep in flight to fill this engine's batches (a stream's default)."""
+        return DEFAULT_IN_FLIGHT
 
 
 class ListFeed:
@@ -109,5 +116,8 @@ class EngineLayer(Engine):
     def streams_natively(self) -> bool:
         return self.inner.streams_natively()
 
+    def in_flight(self) -> int:
+        return self.inner.in_flight()
 
-__all__ = ["Engine", "EngineLayer", "Feed", "ListFeed", "run_as_stream", "stream_in_waves"]
+
+__all__ = ["DEFAULT_IN_FLIGHT", "Engine", "EngineLayer", "Feed", "ListFeed", "run_as_stream", "stream_in_waves"]

@@ -8,6 +8,34 @@ from typing import Any
 from offline_sumscore.core.errors import UsageError
 from offline_sumscore.engine import Engine
 
+LOCAL = "local"  # our engine's runtime, as rows record it (judge.runtime); the stage cache keys it as it always did
+
+
+def choose_engine(kind: str, model=None, device: str | None = None) -> tuple[str, str]:
+    """(the engine to run: local or vllm, the line that says so and why). auto: ours on a CPU, where it is the engine
+    measured (docs/performance.md); on a CUDA device vLLM where it is installed, the GPU engine proven by its own
+    project, since ours has not been measured on a GPU yet; ours where vLLM is absent or cannot load the model (a
+    .gguf file). When a GPU check shows ours ahead of vLLM there, this rule changes."""
+    if kind != "auto":
+        return kind, f"{kind} (asked for with --engine {kind})"
+    import importlib.util
+
+    import torch
+
+    if (device or "auto") == "cpu" or not torch.cuda.is_available():
+        return LOCAL, "local (auto: no CUDA device; on a CPU ours is the engine measured, ahead of vLLM's CPU build)"
+    if str(model or "").endswith(".gguf"):
+        return LOCAL, "local (auto: a CUDA device, but vLLM here loads model directories, not a .gguf file)"
+    if importlib.util.find_spec("vllm") is None:
+        return LOCAL, (
+            "local (auto: a CUDA device and no vLLM installed; ours has not been measured on a GPU yet: "
+            "pip install 'offline-sumscore[vllm]' for the GPU engine proven by its own project)"
+        )
+    return "vllm", (
+        "vllm (auto: a CUDA device and vLLM installed: the GPU engine proven by its own project, where ours has not "
+        "been measured yet; --engine local for ours)"
+    )
+
 
 def local_engine(
     model: Any = None,

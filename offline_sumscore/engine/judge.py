@@ -373,6 +373,8 @@ def refuse_unsupported(path: Path) -> None:
 def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "auto") -> Judge:
     """Load a judge from disk. model=None is the embedded SmolLM2-135M-Instruct (converted once to models/)."""
     _force_offline()
+    from offline_sumscore.engine.local.device_memory import DEVICE_MEMORY_ENV, emulated_memory_mib
+
     started = time.perf_counter()
     path = resolve_model_path(model)
     if path.is_dir():
@@ -400,9 +402,15 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     hf_model.to(dev)
     hf_model.eval()
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
-    if dev == "cpu" and str(torch_dtype) == "torch.float32":
-        from offline_sumscore.engine.cpu_gemm import pack_linears
-        from offline_sumscore.engine.layer_ops import fuse_layer_ops
+    emulated = emulated_memory_mib() if dev == "cpu" else None
+    if emulated is not None:  # the judge as a GPU holds it: plain modules, none of the CPU's kernels
+        decisions["device_memory"] = (
+            f"an emulated GPU of {emulated} MiB ({DEVICE_MEMORY_ENV}): the engine sizes, grows and allocates as on a "
+            "GPU, and the CPU's kernels stay out"
+        )
+    elif dev == "cpu" and str(torch_dtype) == "torch.float32":
+        from offline_sumscore.engine.cpu.cpu_gemm import pack_linears
+        from offline_sumscore.engine.cpu.layer_ops import fuse_layer_ops
 
         decisions["cpu_gemm"] = pack_linears(hf_model)
         decisions["layer_ops"] = fuse_layer_ops(hf_model)

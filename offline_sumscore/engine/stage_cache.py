@@ -121,7 +121,8 @@ class StageCache:
     @staticmethod
     def key(judge: dict, request: StageRequest) -> str:
         material = [CACHE_FORMAT, judge.get("identity"), judge.get("dtype"), PROMPT_VERSION, request.key]
-        if judge.get("runtime"):  # another runtime's answers (vLLM's) differ in the last digits: kept apart
+        # Another runtime's answers (vLLM's) differ in the last digits: kept apart. Ours are keyed as they always were.
+        if judge.get("runtime") not in (None, "local"):
             material.append(judge["runtime"])
         return hashlib.sha256(
             json.dumps(material, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")

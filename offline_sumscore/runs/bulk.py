@@ -35,7 +35,6 @@ from offline_sumscore.runs.record import RecordRows, Span, append_whole, dumps, 
 from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE
 
 DEFAULT_CHUNK_SIZE = 32
-DEFAULT_IN_FLIGHT = 32  # samples streamed at once: enough to fill a CPU batch, few enough to keep the host queue short
 
 
 def bad_row(item: BadRow, metric: str = "") -> dict:
@@ -61,7 +60,7 @@ ChunkScorer = Callable[[list[tuple[int, Chunk]]], Iterator[tuple[int, list[dict]
 
 
 def stream_chunks_here(
-    scorer, todo: list[tuple[int, Chunk]], emit: Callable[[int, list[dict]], None], in_flight: int = DEFAULT_IN_FLIGHT
+    scorer, todo: list[tuple[int, Chunk]], emit: Callable[[int, list[dict]], None], in_flight: int | None = None
 ) -> None:
     """Score the chunks' Samples as one stream; emit(k, rows) each chunk, in the order given, as soon as it and
     every chunk before it are final."""
@@ -167,12 +166,13 @@ def run_bulk(
     fail_fast: bool = False,
     progress: Callable[[int], None] | None = None,
     score_chunks: ChunkScorer | None = None,
-    in_flight: int = DEFAULT_IN_FLIGHT,
+    in_flight: int | None = None,
 ) -> BulkReport:
     """Score items into OUTPUT (JSONL), checkpointed chunk by chunk; see the module docstring for the guarantees.
 
     score_chunks: how the chunks that are not done get scored (default: here, as one stream of at most in_flight
-    samples); it may yield them in any order, as a pool of workers finishes them (offline_sumscore.runs.ray_pool)."""
+    samples, None: as many as the engine asks for); it may yield them in any order, as a pool of workers finishes
+    them (offline_sumscore.runs.ray_pool)."""
     check_count("chunk_size", chunk_size)
     started = time.time()
     path = Path(output)

@@ -24,7 +24,7 @@ from offline_sumscore.core.samples import BadRow
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.io.outputs import output_kind, read_results, write_rows
 from offline_sumscore.peers.mastra import to_mastra
-from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, DEFAULT_IN_FLIGHT, BulkReport, run_bulk
+from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, BulkReport, run_bulk
 from offline_sumscore.runs.ray_pool import RayPool
 from offline_sumscore.runs.record import dumps
 from offline_sumscore.scorers import METRICS
@@ -96,7 +96,7 @@ def score_file(
     shard_format: str = "jsonl",
     resume: bool = False,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    in_flight: int = DEFAULT_IN_FLIGHT,
+    in_flight: int | None = None,
     fail_fast: bool = False,
     allow_long_summary: bool = False,
     source_field: str = "source",
@@ -105,6 +105,7 @@ def score_file(
     progress: Callable[[int], AbstractContextManager[Any]] | None = None,
     notify: Callable[[str], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    announce: str | None = None,
 ) -> FileRun:
     """Score every row of INPUT (JSONL, CSV, Parquet, a datasets save_to_disk directory or a folder of shards) into
     OUTPUT (.jsonl, .parquet, .csv, or a folder ending in / of shards), as `sumscore score` does: bad rows fail alone,
@@ -114,10 +115,12 @@ def score_file(
     arguments), cache and engine (a served judge). ray: score on a pool of Ray actors, each building its own scorer
     from metric, model and options (so it takes no scorer object). progress(total) gives a context manager whose
     value has update(n), told of every finished row; notify(message) hears of sources judged in pieces, and
-    warn(message) of every input row skipped as bad.
+    warn(message) of every input row skipped as bad. announce: a line told through notify once INPUT is checked and
+    the judge loaded, before any row is scored (the CLI's: which engine runs, and why).
     Raises InputError (cause "no_rows") when INPUT holds no rows: OUTPUT is not written."""
     for name, value in (("chunk_size", chunk_size), ("in_flight", in_flight), ("shard_rows", shard_rows)):
-        check_count(name, value)  # before the judge loads: a typo costs no model load
+        if value is not None:
+            check_count(name, value)  # before the judge loads: a typo costs no model load
     options = dict(options or {})
     scorer = _scorer(scorer, metric, model, options, cache, engine, ray)
     if output_format not in ("native", "mastra"):
@@ -136,6 +139,8 @@ def score_file(
             score_chunks = ray.chunk_scorer(metric, model, options, cache)
         elif len(bad) < len(items):
             scorer.load()  # now: a bad --model fails before OUTPUT is touched
+            if announce and notify:
+                notify(announce)
         _record_from_output(output, output_format, resume)
         started = time.perf_counter()
         with progress(len(items)) if progress else nullcontext() as bar:

@@ -213,11 +213,14 @@ class ScorerBase:
                 raise outcome.exception
         return final
 
-    def stream(self, samples: Sequence[Sample], on_done: Callable[[int, Any], None], *, in_flight: int) -> None:
-        """Score samples as one stream through the engine: at most in_flight at a time, each started the moment
-        another finishes, in order. on_done(i, result) gets each result (a FailedRow where the judge failed) the
-        moment it is final, which is not in input order."""
+    def stream(
+        self, samples: Sequence[Sample], on_done: Callable[[int, Any], None], *, in_flight: int | None = None
+    ) -> None:
+        """Score samples as one stream through the engine: at most in_flight at a time (None: as many as the engine
+        asks for, Engine.in_flight), each started the moment another finishes, in order. on_done(i, result) gets each
+        result (a FailedRow where the judge failed) the moment it is final, which is not in input order."""
         stacked = self.stacked_engine
+        in_flight = in_flight or stacked.in_flight()
 
         def finish(i: int, outcome: Any) -> None:
             if isinstance(outcome, JudgeOutputError):

@@ -15,8 +15,8 @@ import torch
 
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.engine.cpu.layer_ops import fuse_layer_ops
 from offline_sumscore.engine.judge import Judge
-from offline_sumscore.engine.layer_ops import fuse_layer_ops
 from offline_sumscore.engine.local import TransformersEngine
 from tests.conftest import SOURCE, SUMMARY, embedded_tokenizer, judge_around
 

@@ -38,7 +38,7 @@ def test_the_embedded_judge_runs_its_norms_mlps_and_rotary_on_one_pass_kernels_w
     """layer_ops.py on the real judge: every norm and MLP replaced, and its logits as torch's operators give them."""
     import torch
 
-    from offline_sumscore.engine import layer_ops
+    from offline_sumscore.engine.cpu import layer_ops
 
     said = judge.decisions["layer_ops"]
     if "AVX512" not in torch.backends.cpu.get_cpu_capability():
@@ -77,7 +77,7 @@ def test_the_embedded_judges_projections_are_its_gguf_block_codes_and_give_onedn
     small pass through them gives what oneDNN's packed weight gives for the same rows within a larger pass."""
     import torch
 
-    from offline_sumscore.engine import block_codes
+    from offline_sumscore.engine.cpu import block_codes
 
     said = judge.decisions["cpu_gemm"]
     if not said.startswith("oneDNN") or "AVX512" not in torch.backends.cpu.get_cpu_capability():

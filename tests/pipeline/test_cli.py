@@ -109,3 +109,40 @@ def test_missing_model_path_is_one_line(tmp_path):
     )
     assert result.exit_code == 2
     assert result.output.strip().startswith(f"Error: {tmp_path / 'nope'} does not exist; pass a Hugging Face")
+
+
+def test_a_run_says_first_which_engine_runs_and_why(tmp_path, use_scripted):
+    enqueue_two_axis(use_scripted, 1)
+    src, out = write_jsonl(tmp_path / "in.jsonl", ROWS[:1]), tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["score", str(src), "-o", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == (
+        "engine: local (auto: no CUDA device; on a CPU ours is the engine measured, ahead of vLLM's CPU build)"
+    )
+
+
+@pytest.mark.parametrize(
+    "cuda,vllm,model,engine",
+    [
+        (False, True, None, "local (auto: no CUDA device"),
+        (True, True, "/m/judge", "vllm (auto: a CUDA device and vLLM installed"),
+        (True, False, "/m/judge", "local (auto: a CUDA device and no vLLM installed"),
+        (True, True, "/m/judge.Q8_0.gguf", "local (auto: a CUDA device, but vLLM here loads model directories"),
+    ],
+)
+def test_engine_auto_is_ours_on_a_cpu_and_vllm_on_a_gpu_where_it_is_installed(monkeypatch, cuda, vllm, model, engine):
+    import importlib.util
+
+    import torch
+
+    from offline_sumscore.engine.build import choose_engine
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name: (object() if vllm else None) if name == "vllm" else found(name)
+    )
+    kind, said = choose_engine("auto", model)
+    assert said.startswith(engine) and kind == engine.split(" ")[0]
+    assert choose_engine("local", model) == ("local", "local (asked for with --engine local)")
+    assert choose_engine("auto", model, "cpu")[0] == "local"  # --device cpu: no GPU to run vLLM on

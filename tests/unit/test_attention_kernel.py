@@ -1,4 +1,4 @@
-"""The passes' attention kernel (engine/local/attention_kernel.cpp) against each token's own attention computed
+"""The passes' attention kernel (engine/cpu/attention_kernel.cpp) against each token's own attention computed
 plainly, and where it runs. Built at first use (about 35 s once; torch caches the build)."""
 
 import warnings
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from offline_sumscore.engine.local import attention_kernel as dk
+from offline_sumscore.engine.cpu import attention_kernel as dk
 from offline_sumscore.engine.local.attention import RaggedPass, ragged_attention
 
 AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()

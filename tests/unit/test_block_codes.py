@@ -4,7 +4,7 @@ else left to oneDNN. The numbers are torch's linear of the same float32 weights,
 import pytest
 import torch
 
-from offline_sumscore.engine import block_codes, cpu_gemm
+from offline_sumscore.engine.cpu import block_codes, cpu_gemm
 
 AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
 needs_avx512 = pytest.mark.skipif(not AVX512, reason="the kernel needs a CPU with AVX-512; this one has none")

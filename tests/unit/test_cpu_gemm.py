@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from offline_sumscore.engine import cpu_gemm
+from offline_sumscore.engine.cpu import cpu_gemm
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"),
@@ -21,7 +21,7 @@ needs_onednn = pytest.mark.skipif(
 # growth (glibc's mallinfo2) over 300 calls, each with another row count.
 HEAP_GROWTH = """
 import ctypes, json, torch
-from offline_sumscore.engine.cpu_gemm import pack_linears
+from offline_sumscore.engine.cpu.cpu_gemm import pack_linears
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks".split()]

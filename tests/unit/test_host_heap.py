@@ -1,8 +1,8 @@
 """The host heap is handed back every TRIM_EVERY forward passes, counted, and never where the C library has no
 malloc_trim."""
 
+from offline_sumscore.engine.cpu.host_heap import HeapTrimmer
 from offline_sumscore.engine.local.features import EngineStats
-from offline_sumscore.engine.local.host_heap import HeapTrimmer
 
 
 def test_the_heap_is_trimmed_every_so_many_passes_and_counted():

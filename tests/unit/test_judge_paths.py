@@ -59,7 +59,44 @@ def test_ram_counts_what_linux_can_reclaim_and_falls_back_to_free_pages(tmp_path
     assert available_ram(str(tmp_path / "absent"))[1] == "free RAM"
 
 
-def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its_share(monkeypatch):
+class _Weights:
+    """A parameter of so many bytes, as weight_bytes reads one (nothing allocated)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def numel(self):
+        return self.size // 2
+
+    def element_size(self):
+        return 2
+
+    def data_ptr(self):
+        return id(self)
+
+
+def _bounded_device(total: int, free: int):
+    from offline_sumscore.engine.local.device_memory import DeviceMemory
+
+    class Device(DeviceMemory):
+        kind, bounded = "cuda", True
+
+        def total(self):
+            return total
+
+        def free(self):
+            return free
+
+    return Device()
+
+
+LLAMA_8B = dict(num_key_value_heads=8, num_attention_heads=32, head_dim=128, hidden_size=4096, num_hidden_layers=32)
+
+
+def test_a_gpu_sizes_its_kv_budget_as_vllm_does_from_total_memory_less_weights_and_a_measured_pass():
+    """Llama-3.1-8B on an H200: 90% of 141 GiB less 16 GiB of weights and a 4 GiB pass, a fifth of it the prefix
+    store's. The old rule (half the free memory, rounded down to a power of two) gave 2^18 tokens, 32 GiB: 26% of the
+    free memory."""
     from types import SimpleNamespace
 
     import torch
@@ -67,17 +104,39 @@ def test_the_engine_sizes_its_kv_budget_from_free_plus_reserved_memory_times_its
     from offline_sumscore.engine.local.capacity import capacity
 
     gib = 2**30
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (10 * gib, 141 * gib))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 8 * gib)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 2 * gib)
-    config = SimpleNamespace(
-        num_key_value_heads=8, num_attention_heads=32, head_dim=128, hidden_size=4096, num_hidden_layers=32
+    model = SimpleNamespace(
+        config=SimpleNamespace(**LLAMA_8B),
+        dtype=torch.bfloat16,
+        parameters=lambda: [_Weights(16 * gib)],
+        buffers=lambda: [],
     )
-    model, cuda = SimpleNamespace(config=config, dtype=torch.bfloat16), torch.device("cuda")
-    whole = capacity(model, cuda, batch_size=None, token_budget=None, device_share=1.0)
-    half = capacity(model, cuda, batch_size=None, token_budget=None, device_share=0.5)
-    assert whole.token_budget == 65536 and half.token_budget == 32768  # (10 + 6 GiB) / 2, then halved by the share
-    assert "0.5 of it" in half.free_memory and "131072 bytes of KV per token" in half.reason
+
+    def sized(share=1.0, free=124 * gib, given=None):
+        return capacity(
+            model,
+            _bounded_device(141 * gib, free),
+            rows=512,
+            token_budget=given,
+            device_share=share,
+            pass_tokens=16384,
+            activation_peak=lambda: 4 * gib,
+        )
+
+    whole, per_token = sized(), 131072
+    kv = 0.9 * 140 * gib - 16 * gib - 4 * gib  # 90% of what it could hold (124 free + its 16 of weights), less both
+    assert 0.77 * kv < (whole.token_budget + whole.store_tokens) * per_token <= kv  # a few % for rounding and spare
+    assert whole.store_tokens * per_token == pytest.approx(0.2 * kv, rel=1e-3)
+    assert whole.token_budget > 4 * 2**18 * 0.6  # 2.4x the old rule's tokens at least
+    assert "90% of the device's memory less the weights' 16.00 GiB and a full pass's measured peak of 4.00 GiB" in (
+        whole.reason
+    )
+    half = sized(share=0.5)  # two engines on one GPU: each its share, less its own weights
+    assert half.token_budget < whole.token_budget / 2
+    busy = sized(free=60 * gib)  # another process holds memory: 90% of what is free and its weights, less both
+    assert (busy.token_budget + busy.store_tokens) * per_token <= 0.9 * 76 * gib - 20 * gib
+    assert sized(given=8192).token_budget == 8192
+    with pytest.raises(ModelLoadError, match="does not fit this device with room to judge"):
+        sized(free=5 * gib)
 
 
 def test_a_judges_identity_is_its_weights_and_config_not_where_they_lie(tmp_path):

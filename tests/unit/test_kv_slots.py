@@ -1,13 +1,14 @@
 """KVSlots and ragged attention on a small made-up geometry, against plain per-row attention (no model)."""
 
 import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from offline_sumscore.engine.local import attention
-from offline_sumscore.engine.local.attention import RaggedPass, grouped_query_sdpa, ragged_attention
+from offline_sumscore.engine.local.attention import CPU_CALLS, RaggedPass, grouped_query_sdpa, ragged_attention
+from offline_sumscore.engine.local.attention_cuda import GPU_CALLS
 from offline_sumscore.engine.local.kv_slots import KVSlots
 
 CONFIG = types.SimpleNamespace(
@@ -136,28 +137,33 @@ def reference_attention(q, keys, values, filled, counts, group):
     return torch.stack(out)[None]
 
 
+# A GPU's rule with blocks of a few queries: every way a call's queries can be cut, on small shapes
+TINY_BLOCKS = replace(GPU_CALLS, block_cells=40)
+
+
 @pytest.mark.parametrize(
     "counts",
     [[1, 1, 1], [4, 1, 0, 3, 3], [2, 0, 1, 5, 1, 2, 1, 3, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2], [40, 3, 1, 2, 30, 2]],
 )
-@pytest.mark.parametrize("merge_runs", [False, True])
+@pytest.mark.parametrize("calls", [CPU_CALLS, GPU_CALLS, TINY_BLOCKS], ids=["cpu", "gpu", "gpu-blocks"])
 @pytest.mark.parametrize("fresh", [False, True])
-def test_ragged_attention_equals_each_rows_own_causal_attention(counts, merge_runs, fresh, monkeypatch):
-    """merge_runs: the many runs of a pass attended as one padded call, as on a GPU; fresh: every other row has
-    nothing before its feed (a prompt's first pass: alone in its call, SDPA's own causal mask)."""
-    monkeypatch.setattr(attention, "MERGE_RUNS_ON", ("cuda", "cpu") if merge_runs else ("cuda",))
+def test_ragged_attention_equals_each_rows_own_causal_attention(counts, calls, fresh):
+    """calls: a CPU's calls (adjacent slots only), a GPU's (slots joined across the rows between them, masks made
+    at each call), and a GPU's with its queries in blocks; fresh: every other row has nothing before its feed (a
+    prompt's first pass: alone in its call, SDPA's own causal mask)."""
     torch.manual_seed(0)
     rows, group = len(counts), 2
     filled = np.array([0 if fresh and r % 2 == 0 else (3 * r) % 7 + 1 for r in range(rows)])
     stop = int((filled + np.array(counts)).max())
     keys, values = torch.randn(rows, 2, stop, 3), torch.randn(rows, 2, stop, 3)
-    layout = RaggedPass(filled, np.array(counts), torch.device("cpu"))
+    layout = RaggedPass(filled, np.array(counts), torch.device("cpu"), calls=calls)
     q = torch.randn(1, 4, layout.tokens, 3)
     got = ragged_attention(q, keys, values, layout, None)
     assert got.shape == (1, layout.tokens, 4, 3)
     assert torch.allclose(got, reference_attention(q, keys, values, filled, counts, group), atol=1e-5)
-    single, runs = layout.masks(group)
-    for mask in ([single] if single is not None else []) + runs:  # no query row may attend to nothing
+    single, _ = layout.masks(group)
+    masks = [layout.run_mask(run, group, None, torch.float32, False) for run in layout.runs]
+    for mask in ([single] if single is not None else []) + masks:  # no query row may attend to nothing
         assert mask is None or (mask == 0).any(-1).all()
     computed, needed = layout.cells
     assert computed >= needed == sum(n * f + n * (n + 1) // 2 for f, n in zip(filled, counts))

@@ -1,7 +1,7 @@
-"""The decoder's one-pass layer kernels (engine/layer_ops.cpp) against transformers' own operators: RMSNorm and SiLU x
-up within float32 rounding, rotary embedding to the bit; what fuse_layer_ops replaces and what it leaves alone; a
-build that fails, said loudly. On the real embedded judge: tests/model/test_embedded_judge.py; on every family the
-engine runs: tests/engine/test_architectures.py."""
+"""The decoder's one-pass layer kernels (engine/cpu/layer_ops.cpp) against transformers' own operators: RMSNorm and
+SiLU x up within float32 rounding, rotary embedding to the bit; what fuse_layer_ops replaces and what it leaves
+alone; a build that fails, said loudly. On the real embedded judge: tests/model/test_embedded_judge.py; on every
+family the engine runs: tests/engine/test_architectures.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from offline_sumscore.engine import layer_ops
+from offline_sumscore.engine.cpu import layer_ops
 
 AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
 needs_avx512 = pytest.mark.skipif(not AVX512, reason="the layer kernels are built for CPUs with AVX-512")

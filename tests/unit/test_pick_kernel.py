@@ -1,4 +1,4 @@
-"""The picks' kernel (engine/local/pick_kernel.cpp) against torch's masked argmax, and P(yes)'s masked columns against
+"""The picks' kernel (engine/cpu/pick_kernel.cpp) against torch's masked argmax, and P(yes)'s masked columns against
 the mask unpacked. Built at first use (about 30 s once; torch caches the build)."""
 
 import warnings
@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from offline_sumscore.engine.local.pick_kernel import pick_kernel
+from offline_sumscore.engine.cpu.pick_kernel import pick_kernel
 from offline_sumscore.engine.local.sampling import masked_columns, unpack
 
 AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
@@ -88,7 +88,7 @@ def test_masked_columns_equal_the_unpacked_mask_at_those_columns():
 
 @needs_avx512
 def test_a_build_that_fails_is_said_loudly_and_the_picks_run_on_torch(missing_compiler, capsys):
-    from offline_sumscore.engine.local import pick_kernel as pk
+    from offline_sumscore.engine.cpu import pick_kernel as pk
 
     missing_compiler(pk.NATIVE)
     with warnings.catch_warnings(record=True) as caught:

@@ -10,16 +10,19 @@ Where each part lives, in the order a request meets them:
 - step.py        one decoding step, as numbered steps: plan, pass, masks, picks, one update.
 - drafts.py      speculative decoding from n-gram drafts: guesses, fitted to the grammar.
 - sampling.py    the grammar's side: forced tokens, masks, greedy picks and P(yes).
-- forward.py     the decoder over KV slots: one ragged pass, the vocabulary projection where tokens are read.
-- attention.py   where a pass's tokens go and what each attends; the attention itself.
-- attention_kernel.py  a pass's attention on a CPU with AVX-512 (attention_kernel.cpp): its build, where it runs.
-- pick_kernel.py  the greedy picks under the grammar masks on a CPU with AVX-512 (pick_kernel.cpp).
-- kv_slots.py    the keys and values: one slot per row, in buffers allocated ahead.
+- forward.py     the decoder over KV slots: one ragged pass, the vocabulary projection where tokens are read, and
+                 the measured peak of a full pass (a bounded device's sizing).
+- attention.py   where a pass's tokens go and what each attends; the attention itself, through SDPA's calls (on a
+                 CPU with AVX-512, engine/cpu/attention_kernel.py instead).
+- attention_cuda.py  how a GPU cuts those calls: by the cost of a launch, queries in blocks.
+- kv_slots.py    the keys and values: one slot per row, in buffers allocated ahead (on a bounded device, following
+                 the live rows, each shape claimed from the KV budget).
+- kv_budget.py   the keys and values one engine holds at once on a bounded device.
 - prefix_store.py  computed prefixes kept across steps, samples and calls.
 - likelihood.py  likelihood requests: one pass, no decoding.
-- capacity.py    rows and cached tokens per batch, from free memory.
+- capacity.py    rows and cached tokens per batch, from the device's memory.
+- device_memory.py  the device's memory: a CPU's, a GPU's, or one emulated (OFFLINE_SUMSCORE_DEVICE_MEMORY).
 - memory.py      out of memory, handled one way: halve, or fail loudly alone.
-- host_heap.py   the host's C heap handed back every few hundred passes, so a long CPU run's memory stays flat.
 - features.py    the features the ladder switches, the counters, the timing hook's records.
 - lab.py         the one developer hook: features, the prefix store's and a pass's token budgets, a timing hook
                  and the attention and pick kernels on or off, for the ladder, the profiler and the engine's tests;
@@ -30,8 +33,8 @@ One step of the loop (step.py):
 2. Plan (plan.py): every live row's pending tokens (a prompt's remainder, or its last pick and the tokens its
    grammar forces) within the pass's token budget (a long prompt goes in chunks), plus a draft of guessed tokens,
    and the read points after them; nothing changes yet.
-3. Run the plan's tokens as one flat ragged sequence through the decoder; while the device runs the pass, fill the
-   grammar masks of every read point on the CPU.
+3. Run the plan's tokens as one flat ragged sequence through the decoder and launch the vocabulary projection at
+   the read points; while the device runs them, fill the grammar masks of every read point on the CPU.
 4. Read the greedy picks and P(yes) under the masks, in one transfer: the step's output.
 5. One update from plan and output (Stepper.update, through rows.py): each row keeps its draft up to the first
    token the judge's own pick disagrees with; a row whose grammar is complete ends as its last token goes in,

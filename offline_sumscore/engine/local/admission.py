@@ -45,13 +45,25 @@ class Admission:
         self.sampler, self.store, self.memory, self.stats = sampler, store, memory, stats
         self.below: int | None = None  # after an admission ran out of memory: wait until fewer rows run
 
+    def wait_below(self, rows: int) -> None:
+        """Admit nothing until fewer than `rows` rows run: after running out of memory, the rows sent back wait for
+        a running row to leave, instead of coming straight back to the allocation that failed."""
+        self.below = rows
+
     def admit(self, scheduler: Scheduler, batch: Batch) -> None:
         """Place the units the scheduler picks in the running batch. Out of memory there: retry with half the
         units; a single unit waits until fewer rows run (not retried every step), and fails loudly only when it
-        cannot run even alone. (Out of memory in the step that computes their prompts is the step's.)"""
+        cannot run even alone. A unit that the scheduler finds too large even alone fails at once, naming what it
+        needs. (Out of memory in the step that computes their prompts is the step's.)"""
         if self.below is not None and len(batch.live) >= self.below:
             return
-        chosen = scheduler.schedule(batch)
+        chosen = []
+        for unit in scheduler.schedule(batch):
+            why = scheduler.too_large(unit)
+            if why is None:
+                chosen.append(unit)
+            else:
+                fail_alone(unit.rows, f"too large to run even alone: {why}")
         while chosen:
             if self.memory.attempt(self.place, chosen, batch):
                 self.below = None
@@ -69,7 +81,7 @@ class Admission:
                 self.below = len(batch.live)
                 return
             else:
-                fail_alone(chosen[0].rows)
+                fail_alone(chosen[0].rows, self.memory.alone())
                 return
 
     def place(self, units: list[Unit], batch: Batch) -> None:

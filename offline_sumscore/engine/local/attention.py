@@ -9,18 +9,21 @@ mask, as Gemma-2 does). Columns are positions (each row lies left-aligned in its
 columns.
 
 A ragged pass feeds every row's own tokens as one flat [1, tokens] sequence. On a CPU with AVX-512 (float32, no
-softcap) every token attends in one call of the attention kernel (attention_kernel.py): its own slot's columns up to
-its own, nothing padded or masked. Elsewhere attention runs through SDPA, as one call over the slots that feed one
-token (a decoding step feeds one token a row, so that is usually the whole pass) plus one call per run of adjacent
-slots that feed more (a prefill, a row with a draft). Each call reads the keys of its own slots
+softcap) every token attends in one call of the attention kernel (engine/cpu/attention_kernel.py): its own slot's
+columns up to its own, nothing padded or masked. Elsewhere attention runs through SDPA, as one call over the slots
+that feed one token (a decoding step feeds one token a row, so that is usually the whole pass) plus calls for the
+slots that feed more (a prefill, a row with a draft or forced tokens). Each call reads the keys of its own slots
 only, up to the last column any of them attends (its `stop`), not the whole batch's widest row: a prompt fed
-beside long decoding rows attends its own few hundred columns. On a CPU, where padding costs compute, a run is
-split where padding its slots to one width and stop would cost more cells (queries x keys) than a call does
-(CALL_CELLS): a prompt beside a row's three-token draft is two calls, not a draft padded to the prompt's width. A
-call of one slot with nothing before its feed (a fresh prompt) is causal as SDPA computes it, with no mask built:
-its kernel skips the keys after each query. Masks are additive (0 / -inf) in the queries' dtype, made once a
-pass: SDPA would turn a boolean mask into that in every layer. On a GPU, past MAX_RUNS runs, one call over their
-span, padded: there a call costs a kernel launch, padding little.
+beside long decoding rows attends its own few hundred columns. The slots that feed more are cut into calls by cost
+(a device's CallRule): the next such slot joins the call before it while padding the call to one width and stop
+costs no more cells (queries x keys) than a call of its own would (call_cells), so a prompt beside a row's
+three-token draft is two calls, never a draft padded to the prompt's width. On a CPU only adjacent slots join; on a
+GPU (attention_cuda.py), where a call is a kernel launch, slots join across the rows between them, those rows'
+queries counted as padding, and a call's queries go in blocks where its mask or scores would be large. A call of
+one slot with nothing before its feed (a fresh prompt) is causal as SDPA computes it, with no mask built: its
+kernel skips the keys after each query. Masks are additive (0 / -inf) in the queries' dtype; on a CPU made once a
+pass (SDPA would turn a boolean mask into that in every layer), on a GPU the runs' at each call, so that no mask of
+a whole pass is ever held.
 """
 
 from __future__ import annotations
@@ -34,17 +37,30 @@ import torch
 
 from offline_sumscore.engine.local.transfer import indices
 
-MAX_RUNS = 8  # on a GPU, more runs of multi-token rows are attended in one padded call (a launch a call)
-MERGE_RUNS_ON = ("cuda",)  # devices where many runs become one padded call (on a CPU, padding costs compute)
-CALL_CELLS = 4096  # on a CPU, a call's fixed cost in attention cells (query x key): runs split where padding costs more
+
+@dataclass(frozen=True)
+class CallRule:
+    """How a device's SDPA calls are cut (the module docstring): a call's fixed cost in attention cells, below which
+    padding is cheaper than another call; whether slots join across the rows between them; past how many cells a
+    call's queries go in blocks (None: never); whether the runs' masks are made once a pass or at each call."""
+
+    name: str
+    call_cells: int
+    across_gaps: bool = False
+    block_cells: int | None = None
+    cache_run_masks: bool = True
+
+
+# On a CPU a call costs little beside the cells it computes, and padding costs compute: calls of adjacent slots only.
+CPU_CALLS = CallRule("cpu", call_cells=4096)
 
 
 @dataclass
 class Run:
-    """Adjacent slots [first, end) that each feed more than one token in a pass, attended in one call: its tokens'
-    places in the flat sequence, each token's slot within the run and its place in its row, the run's widest feed,
-    the columns its slots attend ([0, stop)), and whether it is one slot with nothing before its feed (causal as
-    SDPA computes it: no mask needed)."""
+    """Slots [first, end) of which some feed more than one token in a pass, attended in one call (the others, if
+    any, pad it): its tokens' places in the flat sequence, each token's slot within the run and its place in its
+    block, the block's first place in its row (lo) and widest feed, the columns its slots attend ([0, stop)), and
+    whether it is one slot with nothing before its feed (causal as SDPA computes it: no mask needed)."""
 
     first: int
     end: int
@@ -54,14 +70,15 @@ class Run:
     slot: torch.Tensor
     step: torch.Tensor
     fresh: bool = False
+    lo: int = 0
 
 
 class RaggedPass:
     """Where a pass's tokens go and what each attends (the module docstring): built on the host from each slot's
     length and token count, copied to the device once per pass, read by every layer."""
 
-    def __init__(self, filled: np.ndarray, counts: np.ndarray, device: torch.device):
-        self.counts, self.filled, self.device = counts, filled, device
+    def __init__(self, filled: np.ndarray, counts: np.ndarray, device: torch.device, calls: CallRule = CPU_CALLS):
+        self.counts, self.filled, self.device, self.calls = counts, filled, device, calls
         self.tokens = int(counts.sum())
         self.stop = int((filled + counts).max(initial=0))  # columns the pass attends
         self.row_of = np.repeat(np.arange(len(counts)), counts)
@@ -107,30 +124,51 @@ class RaggedPass:
 
     @cached_property
     def runs(self) -> list[Run]:
-        """SDPA's calls for the slots that feed more than one token (a prompt, a draft)."""
-        return [self._run(a, b) for a, b in self._spans()]
+        """SDPA's calls for the slots that feed more than one token (a prompt, a draft), a call's queries in blocks
+        where its rule says so."""
+        return [run for a, b in self._spans() for run in self._blocks(a, b)]
 
     def _spans(self) -> list[tuple[int, int]]:
-        """Runs of adjacent slots that feed more than one token; past MAX_RUNS, one span over them all where a
-        call costs more than padding (MERGE_RUNS_ON); elsewhere each run split where padding costs more than a call
-        (split_by_cells)."""
-        spans = runs(np.flatnonzero(self.counts > 1).tolist())
-        if self.device.type in MERGE_RUNS_ON:
-            return [(spans[0][0], spans[-1][1])] if len(spans) > MAX_RUNS else spans
-        stops = self.filled + self.counts
-        return [part for a, b in spans for part in split_by_cells(self.counts[a:b], stops[a:b], a)]
+        """The slots that feed more than one token, cut into calls by cost (merge_by_cells): across the rows between
+        them where the device's rule says so, else within runs of adjacent slots."""
+        multi, stops = np.flatnonzero(self.counts > 1), self.filled + self.counts
+        cells = self.calls.call_cells
+        if self.calls.across_gaps:
+            return merge_by_cells(multi, self.counts, stops, cells)
+        return [
+            part for a, b in runs(multi.tolist()) for part in merge_by_cells(range(a, b), self.counts, stops, cells)
+        ]
 
-    def _run(self, a: int, b: int) -> Run:
-        mine = np.flatnonzero((self.row_of >= a) & (self.row_of < b) & (self.counts[self.row_of] > 1))
+    def _blocks(self, a: int, b: int) -> list[Run]:
+        """The call over slots [a, b), its queries in blocks of places [lo, hi) within their rows where the call
+        would take more than the rule's block_cells (queries x keys over its slots)."""
+        multi = self.counts[a:b] > 1
+        width, stop = int(self.counts[a:b].max()), int((self.filled[a:b] + self.counts[a:b])[multi].max())
+        block = width
+        if self.calls.block_cells is not None:
+            block = max(1, min(width, self.calls.block_cells // ((b - a) * stop)))
+        return [self._run(a, b, lo, min(lo + block, width)) for lo in range(0, width, block)]
+
+    def _run(self, a: int, b: int, lo: int, hi: int) -> Run:
+        counts, filled = self.counts[a:b], self.filled[a:b]
+        multi = counts > 1
+        mine = np.flatnonzero(
+            (self.row_of >= a)
+            & (self.row_of < b)
+            & (self.counts[self.row_of] > 1)
+            & (self.step_of >= lo)
+            & (self.step_of < hi)
+        )
         return Run(
             first=a,
             end=b,
-            width=int(self.counts[a:b].max()),
-            stop=int((self.filled[a:b] + self.counts[a:b]).max()),
+            width=int(np.minimum(counts[multi] - lo, hi - lo).max()),
+            stop=int((filled + np.minimum(counts, hi))[multi].max()),
             tokens=indices(mine, self.device),
             slot=indices(self.row_of[mine] - a, self.device),
-            step=indices(self.step_of[mine], self.device),
-            fresh=b - a == 1 and int(self.filled[a]) == 0,
+            step=indices(self.step_of[mine] - lo, self.device),
+            fresh=b - a == 1 and int(filled[0]) == 0 and lo == 0,
+            lo=lo,
         )
 
     @property
@@ -145,20 +183,21 @@ class RaggedPass:
             a, b, stop = self.single_span
             computed += (b - a) * stop
         for run in self.runs:
-            n = int(self.counts[run.first])
+            n = run.width
             computed += n * (n + 1) // 2 if run.fresh else (run.end - run.first) * run.width * run.stop
         return computed, needed
 
-    def _allowed(self, rows: slice, width: int, window: int | None, stop: int) -> torch.Tensor:
+    def _allowed(self, rows: slice, width: int, window: int | None, stop: int, lo: int = 0) -> torch.Tensor:
         """A query attends its row's columns up to its own (causal; the row's earlier tokens all come before), and
         within a window, the last `window` of them, among the call's columns [0, stop). A query beyond its row's
         tokens (a padded run's, or a slot in the single call's span that feeds nothing or more than one token)
         attends as if at the last column, never nothing: a query row that may attend to no key is where CUDA's
-        kernels return NaN. Built on the device from each query's own column: only those travel.
-        [rows, 1, width, columns]"""
+        kernels return NaN. Built on the device from each query's own column: only those travel. lo: the queries'
+        first place in their rows (a block of a call's queries). [rows, 1, width, columns]"""
         last = max(stop, 1) - 1
         keys = torch.arange(last + 1, device=self.device)
-        at = indices(np.minimum(self.filled[rows, None] + np.arange(width)[None, :], last), self.device)[:, :, None]
+        at = self.filled[rows, None] + lo + np.arange(width)[None, :]
+        at = indices(np.minimum(at, last), self.device)[:, :, None]
         allowed = keys <= at
         if window is not None:
             allowed &= keys > at - window
@@ -166,23 +205,28 @@ class RaggedPass:
 
     def masks(self, group: int, window: int | None = None, dtype=torch.float32, softcap: bool = False) -> tuple:
         """The additive masks (0 where a query attends, -inf elsewhere, in the queries' dtype) of the single call
-        and of each run, each query row repeated once per query head of a kv group (the stacking of _gqa), made
-        once per pass for each window its layers use. A fresh run's is None where SDPA's own causal mask does
-        (no window, no softcap: those are computed by hand, or bound columns)."""
+        and of each run (run_mask), made once per pass for each window its layers use. Where the rule does not
+        keep the runs' masks for the pass, their list is None: each call makes its own."""
         key = (group, window, dtype, softcap)
         if key not in self._masks:
             single = None
             if self.single is not None:
                 a, b, stop = self.single_span
                 single = additive(self._allowed(slice(a, b), 1, window, stop), group, dtype)
-            run_masks = [
-                None
-                if run.fresh and window is None and not softcap
-                else additive(self._allowed(slice(run.first, run.end), run.width, window, run.stop), group, dtype)
-                for run in self.runs
-            ]
+            run_masks = None
+            if self.calls.cache_run_masks:
+                run_masks = [self.run_mask(run, group, window, dtype, softcap) for run in self.runs]
             self._masks[key] = (single, run_masks)
         return self._masks[key]
+
+    def run_mask(self, run: Run, group: int, window: int | None, dtype, softcap: bool) -> torch.Tensor | None:
+        """A run's additive mask, each query row repeated once per query head of a kv group (the stacking of _gqa);
+        None for a fresh run where SDPA's own causal mask does (no window, no softcap: those are computed by hand,
+        or bound columns)."""
+        if run.fresh and window is None and not softcap:
+            return None
+        allowed = self._allowed(slice(run.first, run.end), run.width, window, run.stop, run.lo)
+        return additive(allowed, group, dtype)
 
 
 def additive(allowed: torch.Tensor, group: int, dtype) -> torch.Tensor:
@@ -192,18 +236,22 @@ def additive(allowed: torch.Tensor, group: int, dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, float("-inf"))
 
 
-def split_by_cells(counts: np.ndarray, stops: np.ndarray, first: int) -> list[tuple[int, int]]:
-    """A run of adjacent slots (their feeds and stops) cut into calls: the next slot joins the call before it
-    while padding the call to one width and stop costs no more cells than a call of its own (CALL_CELLS)."""
+def merge_by_cells(slots, counts: np.ndarray, stops: np.ndarray, call_cells: int) -> list[tuple[int, int]]:
+    """Slots in order (each feeding counts[s] tokens, attending up to stops[s]) cut into calls [first, end): the
+    next slot joins the call before it while the call padded to one width and stop over every slot from its first
+    to this one (those between, which feed one token or none, count as padding) costs no more cells than the two
+    calls apart and one call's fixed cost. So a merged call computes at most the cells its slots' own calls would,
+    plus call_cells for each slot that joined one."""
     calls: list[list[int]] = []  # [first, end, width, stop]
-    for k, (n, stop) in enumerate(zip(counts.tolist(), stops.tolist())):
+    for s in slots:
+        n, stop = int(counts[s]), int(stops[s])
         if calls:
             a, b, width, top = calls[-1]
-            joined = (b - a + 1) * max(width, n) * max(top, stop)
-            if joined <= (b - a) * width * top + n * stop + CALL_CELLS:
-                calls[-1] = [a, b + 1, max(width, n), max(top, stop)]
+            joined = (s + 1 - a) * max(width, n) * max(top, stop)
+            if joined <= (b - a) * width * top + n * stop + call_cells:
+                calls[-1] = [a, s + 1, max(width, n), max(top, stop)]
                 continue
-        calls.append([first + k, first + k + 1, n, stop])
+        calls.append([s, s + 1, n, stop])
     return [(a, b) for a, b, _, _ in calls]
 
 
@@ -242,7 +290,7 @@ def ragged_attention(
     if layout.single is not None:
         decoded = _single_call(flat, key, value, layout, single_mask, scaling, group, softcap)
         out.index_copy_(0, layout.single[1], decoded)
-    _attend_runs(flat, key, value, layout, scaling, group, run_masks, out, softcap)
+    _attend_runs(flat, key, value, layout, scaling, group, run_masks, out, softcap, window)
     return out[None]
 
 
@@ -255,11 +303,16 @@ def _single_call(flat, key, value, layout: RaggedPass, mask, scaling, group, sof
     return o if layout.decoding else o.index_select(0, layout.single[0])
 
 
-def _attend_runs(flat, key, value, layout: RaggedPass, scaling, group, run_masks, out, softcap=None) -> None:
-    """Each run's tokens (a prompt, a draft) attend in a call of their own, written into out at their places."""
+def _attend_runs(flat, key, value, layout: RaggedPass, scaling, group, run_masks, out, softcap=None, window=None):
+    """Each run's tokens (a prompt, a draft) attend in a call of their own, written into out at their places. Where
+    the pass keeps no run masks (run_masks None), each call makes its own."""
     heads = flat.shape[1]
-    for run, mask in zip(layout.runs, run_masks):
-        at = int(layout.offsets[run.first])  # one slot's tokens lie together in the pass, in order: no gathers
+    for k, run in enumerate(layout.runs):
+        if run_masks is None:
+            mask = layout.run_mask(run, group, window, flat.dtype, softcap is not None)
+        else:
+            mask = run_masks[k]
+        at = int(layout.offsets[run.first]) + run.lo  # one slot's tokens lie together in the pass, in order
         if mask is None:  # a fresh prompt alone: SDPA's causal mask, the keys of its own width
             q = flat[at : at + run.width].transpose(0, 1)[None]  # [1, heads, width, dim]
             keys, values = key[run.first : run.end, :, : run.width], value[run.first : run.end, :, : run.width]

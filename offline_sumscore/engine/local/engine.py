@@ -13,19 +13,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from offline_sumscore.core.errors import Failure, check_count
+from offline_sumscore.core.errors import Failure, ModelLoadError, check_count
 from offline_sumscore.core.schemas import Likelihood, parse_output
 from offline_sumscore.core.stages import StageRequest, StageResult
-from offline_sumscore.engine import Engine, Feed, run_as_stream
+from offline_sumscore.engine import DEFAULT_IN_FLIGHT, Engine, Feed, run_as_stream
+from offline_sumscore.engine.cpu.host_heap import HeapTrimmer
 from offline_sumscore.engine.grammar import BACKEND, GrammarCompiler
 from offline_sumscore.engine.judge import Judge
 from offline_sumscore.engine.local.admission import Admission, rows_for
 from offline_sumscore.engine.local.attention import check_attention, register_attention
-from offline_sumscore.engine.local.capacity import capacity
+from offline_sumscore.engine.local.capacity import capacity, default_pass_tokens, default_rows
+from offline_sumscore.engine.local.device_memory import device_memory, is_out_of_memory
 from offline_sumscore.engine.local.drafts import Drafter
 from offline_sumscore.engine.local.features import EngineStats
 from offline_sumscore.engine.local.forward import Passes
-from offline_sumscore.engine.local.host_heap import HeapTrimmer
+from offline_sumscore.engine.local.kv_budget import KVBudget
+from offline_sumscore.engine.local.kv_slots import KVGeometry
 from offline_sumscore.engine.local.lab import lab_settings
 from offline_sumscore.engine.local.likelihood import LikelihoodPath
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone
@@ -63,28 +66,24 @@ class TransformersEngine(Engine):
             judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
         self.grammars: GrammarCompiler = judge.grammar_compiler
         self.device = judge.model.device
-        self.capacity = capacity(
-            judge.model,
-            self.device,
-            batch_size=batch_size,
-            token_budget=token_budget,
-            device_share=device_share,
-            pass_tokens=settings.pass_tokens,
-        )
-        self.max_rows, self.token_budget = self.capacity.rows, self.capacity.token_budget
+        self.device_memory = device_memory(self.device)  # a GPU's, an emulated one's, or the host's
+        self.device_memory.register(judge.model)  # the weights count, as torch.cuda.mem_get_info counts them
+        self.max_rows = batch_size or default_rows(self.device_memory)
         self.stats = EngineStats()
         if judge.loaded_attention is None:  # the first engine on this judge reads it; later ones find ours set
             judge.loaded_attention = getattr(judge.model.config, "_attn_implementation", None)
         self.loaded_attention = judge.loaded_attention
         judge.model.set_attn_implementation(register_attention())
         self.attention = judge.model.config._attn_implementation
-        # Prefixes kept across steps and calls: a quarter of the batch's token budget, so the store can never
-        # crowd out the running batch.
-        self.store = PrefixStore((settings.store_tokens or self.token_budget // 4) if features.prefix_store else 0)
-        self.memory = MemoryGuard(self.device, self.stats)
+        self.memory = MemoryGuard(self.device_memory, self.stats)
         self.heap = HeapTrimmer(self.stats) if self.device.type == "cpu" else None
         self.passes = Passes(
-            judge.model, max_rows=self.max_rows, stats=self.stats, spares=judge.spare_slots, lab=settings
+            judge.model,
+            max_rows=self.max_rows,
+            stats=self.stats,
+            spares=judge.spare_slots,
+            lab=settings,
+            memory=self.device_memory,
         )
         self.sampler = Sampler(
             judge,
@@ -93,12 +92,13 @@ class TransformersEngine(Engine):
             stats=self.stats,
             max_rows=self.max_rows,
             on_timing=settings.on_timing,
-            pick_kernel=settings.pick_kernel,
+            pick_kernel=settings.pick_kernel and self.device_memory.kind != "emulated",
         )
+        self._size(batch_size, token_budget, settings)
         self.drafter = Drafter(
             enabled=features.drafts,
             forced_tokens=features.forced_tokens,
-            gpu=self.device.type == "cuda",
+            gpu=self.device_memory.bounded,
             eos_ids=self.sampler.eos_ids,
         )
         self.admission = Admission(self.sampler, self.store, self.memory, self.stats)
@@ -118,6 +118,43 @@ class TransformersEngine(Engine):
         )
         self._lock = threading.Lock()  # one run at a time on one model (ascore runs in threads)
 
+    def _size(self, batch_size: int | None, token_budget: int | None, settings) -> None:
+        """The token budgets (capacity.py) and the prefix store. On a bounded device: a full pass measured first, then
+        the KV budget the slots claim from and the store's pool, allocated now, both inside the device's memory."""
+        memory, model = self.device_memory, self.judge.model
+        per_pass = settings.pass_tokens or default_pass_tokens(memory)
+        with memory.tracking():
+            self.capacity = capacity(
+                model,
+                memory,
+                rows=self.max_rows,
+                token_budget=token_budget,
+                device_share=self.device_share,
+                pass_tokens=per_pass,
+                given_rows=batch_size is not None,
+                given_pass=settings.pass_tokens is not None,
+                activation_peak=lambda: self.passes.activation_peak(per_pass, self.max_rows, self.sampler.vocab_size),
+            )
+            self.token_budget = self.capacity.token_budget
+            geometry = KVGeometry.of(model.config, model.dtype)
+            if self.capacity.bounded:
+                self.passes.budget = KVBudget.holding(self.token_budget, geometry)
+            # Prefixes kept across steps and calls: on a CPU a quarter of the batch's token budget, so the store can
+            # never crowd out the running batch; on a bounded device its own share of the KV memory.
+            store = settings.store_tokens or self.capacity.store_tokens or self.token_budget // 4
+            self.store = PrefixStore(store if self.features.prefix_store else 0)
+            if self.capacity.bounded:
+                try:
+                    self.store.allocate(geometry, model.dtype, self.device)
+                except Exception as exc:  # noqa: BLE001 - only running out of memory is said in these words
+                    if not is_out_of_memory(exc):
+                        raise
+                    raise ModelLoadError(
+                        f"the prefix store's pool of {store} tokens could not be allocated on the "
+                        f"{memory.describe()} ({str(exc).splitlines()[0]}): its free memory fell after the engine "
+                        "measured it; another process may be using the device"
+                    ) from None
+
     def describe(self) -> dict:
         f = self.features
         return {
@@ -126,6 +163,8 @@ class TransformersEngine(Engine):
             "token_budget": self.token_budget,
             "pass_tokens": self.capacity.pass_tokens,
             "capacity": self.capacity.reason,
+            "device_memory": self.device_memory.kind,  # cpu, cuda, or emulated (OFFLINE_SUMSCORE_DEVICE_MEMORY)
+            "attention_calls": self.passes.call_rule.name,  # how SDPA's calls are cut (attention_cuda.py)
             "device_share": self.device_share,
             "attention": self.attention,  # ragged passes attend with ours, whatever the model was loaded with
             "attention_kernel": self.passes.attention,  # the passes' attention kernel, or SDPA and why
@@ -138,11 +177,17 @@ class TransformersEngine(Engine):
             "continuous": f.continuous,
             "prefix_store": self.store.budget or None,
             "drafts": {"tokens": self.drafter.tokens, "budget": self.drafter.budget} if self.drafter.tokens else None,
-            "judge": self.judge.describe(),
+            "judge": dict(self.judge.describe(), runtime="local"),  # which engine answered (build.choose_engine)
         }
 
     def streams_natively(self) -> bool:
         return self.features.continuous
+
+    def in_flight(self) -> int:
+        """On a GPU a quarter of the row cap (128 samples at 512 rows: a sample holds a few rows at a time, up to a
+        dozen at its widest wave), so that live rows reach the cap; on a CPU the contract's default, which fills a
+        CPU's batch."""
+        return max(DEFAULT_IN_FLIGHT, self.max_rows // 4) if self.capacity.bounded else DEFAULT_IN_FLIGHT
 
     def spare_tokens(self, request: StageRequest) -> int:
         return self.judge.spare_tokens(request)
@@ -153,60 +198,89 @@ class TransformersEngine(Engine):
 
     def stream(self, feed: Feed) -> None:
         """Answer a stream: take what is ready, answer what finishes, after every step. A sample's next wave joins
-        the moment its own answers are in, so no sample waits for another's slow row."""
+        the moment its own answers are in, so no sample waits for another's slow row. Every turn of the loop makes
+        progress or fails rows by name (ProgressWatch): a stream cannot loop for ever."""
         import torch
 
-        with self._lock, torch.inference_mode():
+        with self._lock, torch.inference_mode(), self.device_memory.tracking():
             started = time.perf_counter()
             scheduler = Scheduler(
-                max_rows=self.max_rows, token_budget=self.token_budget, shared_prefix=self.features.shared_prefix
+                max_rows=self.max_rows,
+                token_budget=self.token_budget,
+                shared_prefix=self.features.shared_prefix,
+                slot_bound=self.capacity.bounded,
             )
             batch = Batch(self.passes.take_slots())
             open_rows: dict[int, Row] = {}  # ticket -> row taken and not yet answered
-            twins = Twins()
+            twins, watch = Twins(), ProgressWatch()
             try:
                 while True:
                     ready = feed.take()
                     if ready:
-                        self._take(twins.fresh(ready), open_rows, scheduler)
+                        self._take(twins.fresh(ready), open_rows, scheduler, batch)
+                    elif self.likelihood.deferred and not batch.live:  # nothing runs beside them now: run or fail
+                        self._score(self.likelihood.take_deferred(), open_rows, batch)
                     elif not scheduler.waiting and not batch.live:
                         break
                     else:
-                        try:
-                            self._advance(scheduler, batch)
-                        except Exception as exc:  # noqa: BLE001 - every open row fails, kind "model"
-                            _fail_open(open_rows, exc)
-                            scheduler.waiting.clear()
-                            batch = Batch(self.passes.take_slots())
+                        batch = self._advance(scheduler, batch, open_rows)
                     self._answer(feed, open_rows, twins)
+                    if watch.stalled(self.stats.forward_passes, len(open_rows), len(scheduler.waiting), batch.released):
+                        _fail_open(open_rows, RuntimeError(watch.message()))
+                        scheduler.waiting.clear()
+                        self.likelihood.deferred.clear()
+                        batch = self._fresh(batch)
+                        self._answer(feed, open_rows, twins)
                     if self.heap is not None:
                         self.heap.after_step()
             finally:
                 self.passes.give_slots(batch.cache)
                 self.stats.seconds += time.perf_counter() - started
 
-    def _take(self, fresh: list[tuple[int, StageRequest]], open_rows: dict[int, Row], scheduler: Scheduler) -> None:
+    def _fresh(self, batch: Batch) -> Batch:
+        """An empty batch after every open row failed: the old one's slots go back first (on a bounded device, their
+        claim on the KV budget with them)."""
+        self.passes.give_slots(batch.cache)
+        return Batch(self.passes.take_slots())
+
+    def _take(self, fresh, open_rows: dict[int, Row], scheduler: Scheduler, batch: Batch) -> None:
         """New requests become rows: likelihood rows are scored at once, the others wait to be admitted."""
         rows = rows_for(self.judge, fresh)
         open_rows.update((r.ticket, r) for r in rows)
-        try:
-            self.likelihood.score([r for r in rows if not r.done and r.score_from is not None])
-        except Exception as exc:  # noqa: BLE001 - recorded in each row, retried by the layer above
-            _fail_open(open_rows, exc)
+        self._score([r for r in rows if not r.done and r.score_from is not None], open_rows, batch)
         scheduler.add([r for r in rows if not r.done])
 
-    def _advance(self, scheduler: Scheduler, batch: Batch) -> None:
-        """Admit, then one step over the running rows. Out of memory anywhere in the step (a layer, the vocabulary
-        projection) left the slots and rows as they were: the newest half go back to wait, from scratch, and one
-        row alone fails."""
-        self.admission.admit(scheduler, batch)
-        if not batch.live:
-            return
-        if self.memory.attempt(self.stepper.step, batch):
-            return
-        if not scheduler.preempt(batch):
-            fail_alone(batch.live)
-            batch.release_finished()
+    def _score(self, rows: list[Row], open_rows: dict[int, Row], batch: Batch) -> None:
+        """Likelihood rows, scored now; on a bounded device those that do not fit beside the running batch wait for
+        it to shrink (LikelihoodPath.deferred)."""
+        try:
+            self.likelihood.score(rows, room_later=bool(batch.live))
+        except Exception as exc:  # noqa: BLE001 - recorded in each row, retried by the layer above
+            _fail_open(open_rows, exc)
+
+    def _advance(self, scheduler: Scheduler, batch: Batch, open_rows: dict[int, Row]) -> Batch:
+        """Admit, then one step over the running rows; returns the batch (a fresh one where the engine raised and
+        every open row failed). Out of memory anywhere in the step (a layer, the vocabulary projection, a slot set
+        that must grow) left the slots and rows as they were: the newest half go back to wait, from scratch, and
+        nothing is admitted until a running row leaves; one row alone fails, naming what it needed. Likelihood rows
+        deferred for want of room are tried again whenever rows leave."""
+        released = batch.released
+        try:
+            self.admission.admit(scheduler, batch)
+            if batch.live and not self.memory.attempt(self.stepper.step, batch):
+                if scheduler.preempt(batch):
+                    self.admission.wait_below(len(batch.live))
+                else:
+                    fail_alone(batch.live, self.memory.alone())
+                    batch.release_finished()
+        except Exception as exc:  # noqa: BLE001 - every open row fails, kind "model"
+            _fail_open(open_rows, exc)
+            scheduler.waiting.clear()
+            self.likelihood.deferred.clear()
+            return self._fresh(batch)
+        if self.likelihood.deferred and batch.released != released:
+            self._score(self.likelihood.take_deferred(), open_rows, batch)
+        return batch
 
     def _answer(self, feed: Feed, open_rows: dict[int, Row], twins: Twins) -> None:
         for ticket in [t for t, r in open_rows.items() if r.done]:
@@ -264,6 +338,29 @@ class TransformersEngine(Engine):
             token_logprobs=row.logprobs,
             expected_texts=[texts[t] if t < len(texts) else "" for t, _ in row.expected],
             expected_logprobs=[lp for _, lp in row.expected],
+        )
+
+
+class ProgressWatch:
+    """The loop's guard against a stream that never ends: every turn must run a pass, answer a row, admit or send back
+    a unit, or free a slot. STALL_TURNS turns in a row with none of these is a bug in the engine, never a state to
+    wait out: the open rows fail, naming it, rather than wait for ever (an out-of-memory livelock once did exactly
+    that, silently)."""
+
+    STALL_TURNS = 200
+
+    def __init__(self):
+        self.last, self.same = None, 0
+
+    def stalled(self, *state) -> bool:
+        self.same = self.same + 1 if state == self.last else 0
+        self.last = state
+        return self.same >= self.STALL_TURNS
+
+    def message(self) -> str:
+        return (
+            f"the engine made no progress in {self.STALL_TURNS} turns of its loop (no pass, no row answered, admitted "
+            "or freed): a bug, reported rather than waited on; please report it with the rows that failed"
         )
 
 

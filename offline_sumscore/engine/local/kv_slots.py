@@ -24,6 +24,13 @@ every slot, never uninitialised memory: a masked key gets weight 0, but 0 x NaN 
 uninitialised and zeroed as slots and columns enter that span (on a CPU, memory is paid for when first touched:
 page faults, 0.4 to 1 GB/s on the 2-core machine), so capacity that is never used costs nothing; a CPU batch
 takes its slot capacity at the engine's row limit from the start.
+
+On a device of bounded memory (a GPU; capacity.py) the slots follow the rows actually live: they claim every shape
+from the engine's KVBudget before allocating it, grow to what a pass or an admission needs, and shrink when rows
+leave (a set more than twice as large as its rows need is laid out again). Buffers are replaced one at a time, each
+old one freed once copied, so a change holds at most one buffer more than the larger of the two sets, and the budget
+keeps that buffer spare; a set allocated whole before the old one went held both, and on a GPU at its limit that
+allocation could never succeed, so its rows were halved and admitted again forever.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ import numpy as np
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from offline_sumscore.engine.local.attention import RaggedPass, runs
+from offline_sumscore.engine.local.attention import CPU_CALLS, CallRule, RaggedPass, runs
+from offline_sumscore.engine.local.kv_budget import KVBudget, KVBudgetExceeded
 
 _ROW_STEP = 8  # slots are allocated in multiples of this
 _COL_STEP = 64  # columns likewise
@@ -131,11 +139,30 @@ class _SlotLayer(DynamicLayer):
 class KVSlots(Cache):
     """A transformers Cache whose layers write each row's tokens into its own slot (see the module docstring)."""
 
-    def __init__(self, config, *, dtype, device, rows: int = 0, columns: int = 0, row_limit: int | None = None):
+    def __init__(
+        self,
+        config,
+        *,
+        dtype,
+        device,
+        rows: int = 0,
+        columns: int = 0,
+        row_limit: int | None = None,
+        budget: KVBudget | None = None,
+        exact: bool = False,
+        call_rule: CallRule = CPU_CALLS,
+    ):
+        """budget: the engine's KVBudget on a device of bounded memory (every shape claimed from it first); None on
+        a CPU. exact: slots allocated as asked, not in multiples of 8 (always so with a budget). call_rule: how a
+        pass's attention is cut into calls on this device (attention.py)."""
         geometry = KVGeometry.of(config, dtype)
         layers, self.kv_heads, self.head_dim = geometry.layers, geometry.kv_heads, geometry.head_dim
         self.dtype, self.device = dtype, torch.device(device)
         self.row_limit = row_limit  # slots double when full, up to this many (the engine's bound on a batch's rows)
+        self.budget, self.exact = budget, exact or budget is not None
+        self.call_rule = call_rule
+        if budget is not None:  # a set dropped without free() gives its claim back when it is collected
+            weakref.finalize(self, budget.drop, id(self))
         super().__init__(layers=[_SlotLayer(self, i) for i in range(layers)])
         self.rows = 0  # slots [0, rows) may hold a row; a pass spans them all
         self.filled: list[int] = []  # each slot's tokens (0 for a free slot)
@@ -146,6 +173,7 @@ class KVSlots(Cache):
         self.key_buffers: list[torch.Tensor] = []
         self.value_buffers: list[torch.Tensor] = []
         self.reallocations = 0
+        self._capacity = (0, 0)
         self._reallocate(rows, columns)
 
     # -- shape ---------------------------------------------------------------------------------------------
@@ -156,26 +184,48 @@ class KVSlots(Cache):
 
     @property
     def capacity(self) -> tuple[int, int]:
-        if not self.key_buffers:
-            return 0, 0
-        shape = self.key_buffers[0].shape
-        return shape[0], shape[2]
+        """Slots and columns every buffer holds."""
+        return self._capacity
 
     def _reallocate(self, rows: int, columns: int) -> None:
-        """New buffers of at least rows x columns; every new buffer is allocated before any is swapped in, so
-        running out of memory here changes nothing."""
-        if self.device.type == "cpu" and self.row_limit:  # untouched slots cost nothing there (module docstring)
-            rows = max(rows, self.row_limit)
-        rows = -(-max(rows, 1) // _ROW_STEP) * _ROW_STEP
+        """Buffers of at least rows x columns, replaced one at a time (the module docstring): each new one
+        allocated, what the old one holds copied in, the old one freed. Out of memory part-way leaves some buffers
+        changed and some not, each holding what it held: capacity is what all of them hold, and nothing is lost."""
+        if self.budget is None and self.device.type == "cpu" and self.row_limit:
+            rows = max(rows, self.row_limit)  # untouched slots cost nothing there (module docstring)
+        step = 1 if self.exact else _ROW_STEP  # a bounded device pays for every slot it allocates
+        rows = -(-max(rows, 1) // step) * step
         cols = -(-max(columns, 1) // _COL_STEP) * _COL_STEP
+        if self.budget is not None:
+            self.budget.claim(
+                self, rows * cols, self._capacity[0] * self._capacity[1], f"{rows} slots x {cols} columns"
+            )
         shape = (rows, self.kv_heads, cols, self.head_dim)
-        keys = [self._uninitialised(shape) for _ in self.layers]
-        values = [self._uninitialised(shape) for _ in self.layers]
-        if self.finite and self.clean:
-            for new, old in zip(keys + values, self.key_buffers + self.value_buffers):
-                new[: self.finite, :, : self.clean] = old[: self.finite, :, : self.clean]
-        self.key_buffers, self.value_buffers = keys, values
+        keep = (min(self.finite, rows), min(self.clean, cols))
+        if not self.key_buffers:
+            self.key_buffers, self.value_buffers = [None] * len(self.layers), [None] * len(self.layers)
+        try:
+            for buffers in (self.key_buffers, self.value_buffers):
+                for i, old in enumerate(buffers):
+                    new = self._uninitialised(shape)
+                    if old is not None and all(keep):
+                        new[: keep[0], :, : keep[1]] = old[: keep[0], :, : keep[1]]
+                    buffers[i], old = new, None  # the old buffer goes now, before the next is allocated
+        finally:
+            shapes = [b.shape for b in self.key_buffers + self.value_buffers if b is not None]
+            self._capacity = (min(s[0] for s in shapes), min(s[2] for s in shapes)) if shapes else (0, 0)
+            self.finite, self.clean = min(self.finite, self._capacity[0]), min(self.clean, self._capacity[1])
+            if self.budget is not None:  # what the buffers hold now, however far the change went
+                held = sum(s[0] * s[2] for s in shapes) // max(len(shapes), 1)
+                self.budget.held[id(self)] = max(held, self._capacity[0] * self._capacity[1])
         self.reallocations += 1
+
+    def free(self) -> None:
+        """Every buffer goes, and its claim on the budget with it: this set is not used again."""
+        self.key_buffers, self.value_buffers, self._capacity = [], [], (0, 0)
+        self.finite = self.clean = 0
+        if self.budget is not None:
+            self.budget.drop(id(self))
 
     def _uninitialised(self, shape) -> torch.Tensor:
         """A buffer whose every region is zeroed or written before a pass attends it (module docstring)."""
@@ -188,20 +238,42 @@ class KVSlots(Cache):
         have_rows, have_cols = self.capacity
         if rows <= have_rows and columns <= have_cols:
             return
+        need = (max(rows, self.rows), max(columns, self.width))
         if rows > have_rows:
             doubled = min(2 * have_rows, self.row_limit) if self.row_limit else 2 * have_rows
             rows = max(rows, doubled)
         else:
             rows = have_rows
         columns = max(columns, have_cols + have_cols // 4) if columns > have_cols else have_cols
-        self._reallocate(rows, columns)
+        if self.budget is None:
+            self._reallocate(rows, columns)
+            return
+        try:  # room to grow into where the budget has it; else exactly what the rows need (capacity.KVBudget)
+            self._reallocate(rows, columns)
+        except KVBudgetExceeded:
+            if (rows, columns) == need:
+                raise
+            self._reallocate(*need)
+
+    def _shrink(self, columns: int) -> None:
+        """On a bounded device, a set more than twice what its rows and this pass need is laid out again, smaller,
+        so that the budget it held serves other shapes. Never needed for correctness: a refusal is ignored."""
+        have_rows, have_cols = self.capacity
+        rows, cols = max(self.rows, 1), max(columns, self.width, _COL_STEP)
+        if have_rows <= 2 * rows and have_cols <= 2 * cols:
+            return
+        try:
+            self._reallocate(min(have_rows, rows + rows // 4), min(have_cols, cols + cols // 4))
+        except torch.OutOfMemoryError:
+            pass
 
     def _span(self, rows: int, columns: int) -> None:
         """Slots [0, rows) and columns [0, columns) enter the attended span: room for them, and finite values in
         every part of it not yet known to hold them. A slot that was in the span before (its row left, another
         takes it) still holds finite values, so it is not zeroed again: the likelihood path empties its slots for
         every group of rows, and would otherwise zero them all each time."""
-        self.reserve(max(rows, self.rows), max(columns, self.clean))
+        # A CPU keeps every column it ever zeroed; a bounded device asks for the columns its rows hold.
+        self.reserve(max(rows, self.rows), max(columns, self.clean if self.budget is None else self.width))
         if rows > self.rows:
             if rows > self.finite:
                 self._zero(slice(self.finite, rows), slice(0, self.clean))
@@ -224,7 +296,7 @@ class KVSlots(Cache):
         free = [r for r in range(self.rows) if not self.used[r]][:n]
         if len(free) < n:
             start = self.rows
-            self._span(start + n - len(free), self.clean)
+            self._span(start + n - len(free), self.clean if self.budget is None else self.width)
             free += list(range(start, start + n - len(free)))
         for r in free:
             self.used[r], self.filled[r] = True, 0
@@ -285,7 +357,9 @@ class KVSlots(Cache):
         feed = np.asarray(counts, dtype=np.int64)
         if (feed[~np.asarray(self.used, dtype=bool)] > 0).any():
             raise RuntimeError("KVSlots: a pass feeds a free slot")
-        layout = RaggedPass(filled, feed, self.device)
+        layout = RaggedPass(filled, feed, self.device, calls=self.call_rule)
+        if self.budget is not None:
+            self._shrink(layout.stop)
         self._span(self.rows, layout.stop)
         self.open = layout
         return layout

@@ -27,7 +27,7 @@ from offline_sumscore.engine.local.kv_slots import KVSlots
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone, halves
 from offline_sumscore.engine.local.prefix_store import STORE_BLOCK, PrefixStore
 from offline_sumscore.engine.local.rows import Row
-from offline_sumscore.engine.local.scheduler import common_prefix, split_by_prefix
+from offline_sumscore.engine.local.scheduler import COLUMN_STEP, common_prefix, split_by_prefix
 from offline_sumscore.engine.local.transfer import to_device
 
 READ_AT_ONCE = 256  # continuation tokens projected onto the vocabulary together
@@ -59,23 +59,28 @@ class LikelihoodPath:
         self.max_rows, self.token_budget, self.pass_tokens = max_rows, token_budget, pass_tokens
         self.vocab_size = vocab_size
         self._kept: KVSlots | None = None
+        self.bounded = passes.memory.bounded
+        self.deferred: list[Row] = []  # rows that did not fit beside the running batch: scored once it shrinks
+        self._room_later = False
 
-    def _slots(self, rows: int) -> KVSlots:
+    def _slots(self, rows: int, columns: int) -> KVSlots:
         """KV slots for one pack's passes. On a CPU one set serves every pack, emptied between them, taken from the
         judge's idle ones for each score() (Passes.take_slots): a fresh set per group (tens of MB a layer, each
         group's of another size) left the heap more fragmented with every group, and the resident memory of a long
-        run crept up while the memory in use stayed flat. On a GPU a fresh set per pack, which PyTorch's caching
-        allocator recycles, so that the decoding batch can use that memory between packs."""
-        if self.passes.device.type != "cpu":
-            return self.passes.slots(rows)
+        run crept up while the memory in use stayed flat. On a bounded device (a GPU) a fresh set per pack of
+        exactly its shape, claimed from the KV budget beside the running batch's slots and freed after the pack."""
+        if self.bounded:
+            return self.passes.slots(rows, columns)
         if self._kept is None:
             self._kept = self.passes.take_slots()
         self._kept.empty()  # a pass that raised left it open
         return self._kept
 
-    def score(self, rows: list[Row]) -> None:
+    def score(self, rows: list[Row], room_later: bool = False) -> None:
         """Every likelihood row: grouped by shared prefix (rows that share a prompt prefix, whichever sample they
-        belong to), the groups packed into batches (packs)."""
+        belong to), the groups packed into batches (packs). room_later: the running batch holds memory it will give
+        back, so on a bounded device a row that does not fit beside it now waits (deferred) instead of failing."""
+        self._room_later = room_later and self.bounded
         try:
             for pack in self.packs(rows):
                 self.batch(pack)
@@ -83,6 +88,10 @@ class LikelihoodPath:
             if self._kept is not None:  # back to the judge for the next call (Passes.take_slots)
                 self.passes.give_slots(self._kept)
                 self._kept = None
+
+    def take_deferred(self) -> list[Row]:
+        rows, self.deferred = self.deferred, []
+        return rows
 
     def packs(self, rows: list[Row]) -> list[list[PrefixGroup]]:
         """The groups, each cut to what one batch holds (the row cap; the token budget over its longest prompt,
@@ -102,16 +111,16 @@ class LikelihoodPath:
         return packs
 
     def fits(self, pack: list[PrefixGroup]) -> bool:
-        """Within the row cap, the token budget (rows x the widest prompt) and, for each of its two passes, the
-        tokens a pass carries (prefixes counted whole, before the prefix store serves any)."""
+        """Within the row cap, the token budget (rows x the widest prompt; on a bounded device, in the slots' own
+        shape, beside what the running batch holds now) and, for each of its two passes, the tokens a pass carries
+        (prefixes counted whole, before the prefix store serves any)."""
         rows = [r for g in pack for r in g.rows]
         prefixes = sum(len(g.prefix) for g in pack)
         rests = sum(len(r.prompt_ids) - len(g.prefix) for g in pack for r in g.rows)
-        return (
-            len(rows) <= self.max_rows
-            and len(rows) * max(len(r.prompt_ids) for r in rows) <= self.token_budget
-            and max(prefixes, rests) <= self.pass_tokens
-        )
+        budget, width = self.token_budget, max(len(r.prompt_ids) for r in rows)
+        if self.bounded:
+            budget, width = min(budget, self.passes.budget.room()), -(-width // COLUMN_STEP) * COLUMN_STEP
+        return len(rows) <= self.max_rows and len(rows) * width <= budget and max(prefixes, rests) <= self.pass_tokens
 
     def opening(self, pack: list[PrefixGroup]) -> list[int]:
         """The start that every group's prefix in the pack shares (a chat preamble, a source under two groups), in
@@ -135,8 +144,11 @@ class LikelihoodPath:
             halved = halves(pack)
         elif len(pack[0].rows) > 1:
             halved = [[PrefixGroup(rows, pack[0].prefix)] for rows in halves(pack[0].rows)]
+        elif self._room_later:  # the running batch's slots will shrink: this row waits for them
+            self.deferred.extend(pack[0].rows)
+            return
         else:
-            fail_alone(pack[0].rows)
+            fail_alone(pack[0].rows, self.memory.alone())
             return
         for half in halved:
             self.batch(half)
@@ -147,7 +159,14 @@ class LikelihoodPath:
         in one ragged pass."""
         now = time.perf_counter()
         rows = [r for g in pack for r in g.rows]
-        slots = self._slots(len(rows))
+        slots = self._slots(len(rows), max(len(r.prompt_ids) for r in rows))
+        try:
+            self._run_pack(pack, rows, slots, now)
+        finally:
+            if self.bounded:  # its claim on the KV budget goes with it
+                slots.free()
+
+    def _run_pack(self, pack: list[PrefixGroup], rows: list[Row], slots: KVSlots, now: float) -> None:
         slots.place(len(rows))
         leads = [sum(len(g.rows) for g in pack[:i]) for i in range(len(pack))]  # each group's first slot
         opening = self.opening(pack)

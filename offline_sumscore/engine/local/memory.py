@@ -1,36 +1,47 @@
 """Out of memory, handled one way everywhere in the engine: the failed work's tensors are freed first (the error is
 handled outside its except block), the device's cached blocks go back, the split is counted, and the work is
-halved; work that cannot run even alone fails loudly. Greedy decoding makes a halved rerun give the same rows."""
+halved; work that cannot run even alone fails loudly, naming what it needed. Greedy decoding makes a halved rerun
+give the same rows.
+
+Out of memory is whatever device_memory.is_out_of_memory says: torch's OutOfMemoryError (the engine's own KV budget
+refusing a shape is one: KVBudgetExceeded), and the allocation failures cuBLAS, cuDNN and the CPU's allocator raise
+as plain RuntimeErrors. Any other error is no memory problem, and is raised as it is.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from offline_sumscore.core.errors import Failure
+from offline_sumscore.engine.local.device_memory import DeviceMemory, is_out_of_memory
 
 OOM_ALONE = "out of memory even alone; use a shorter prompt or a larger device"
 
 
 class MemoryGuard:
-    def __init__(self, device, stats):
-        import torch
-
-        self.device, self.stats = device, stats
-        self.errors = (torch.OutOfMemoryError,) if hasattr(torch, "OutOfMemoryError") else (RuntimeError,)
+    def __init__(self, memory: DeviceMemory, stats):
+        self.memory, self.stats = memory, stats
+        self.last_error: str | None = None  # what the last out-of-memory error said, for a row that fails alone
 
     def attempt(self, work: Callable[..., object], *args) -> bool:
         """Run work(*args); False when it ran out of memory (its memory is released and the split counted by then)."""
         try:
             work(*args)
             return True
-        except self.errors:
-            pass  # recovered below, outside the except block, so the failed work's tensors are freed first
+        except Exception as exc:  # noqa: BLE001 - only running out of memory is handled here
+            if not is_out_of_memory(exc):
+                raise
+            self.last_error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # Recovered here, outside the except block, so the failed work's tensors are freed first.
         self.stats.oom_splits += 1
-        if self.device.type == "cuda":
-            import torch
-
-            torch.cuda.empty_cache()
+        self.memory.release_cached()
         return False
+
+    def alone(self) -> str:
+        """The message of a row that ran out of memory with nothing left to halve: what it needed, where known."""
+        if not self.last_error:
+            return OOM_ALONE
+        return f"out of memory even alone ({self.last_error}); use a shorter prompt or a device with more memory"
 
 
 def halves(items: list) -> tuple[list, list]:
@@ -39,7 +50,7 @@ def halves(items: list) -> tuple[list, list]:
     return items[:half], items[half:]
 
 
-def fail_alone(rows) -> None:
+def fail_alone(rows, message: str = OOM_ALONE) -> None:
     """Rows that ran out of memory with nothing left to halve."""
     for row in rows:
-        row.fail(Failure.MEMORY, OOM_ALONE)
+        row.fail(Failure.MEMORY, message)

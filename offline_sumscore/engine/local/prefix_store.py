@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from offline_sumscore.engine.local.device_memory import is_out_of_memory
+
 MIN_SHARED_PREFIX = 16  # tokens: below this, forking a cache costs more than it saves
 STORE_BLOCK = 16  # tokens per node of the prefix store's tree, and per block of its pool
 
@@ -37,9 +39,19 @@ class BlockPool:
 
     def __init__(self, blocks: int, kv: list):
         k0 = kv[0][0]
-        shape = (len(kv), k0.shape[1], blocks, STORE_BLOCK, k0.shape[3])
-        self.keys = torch.empty(shape, dtype=k0.dtype, device=k0.device)
-        self.values = torch.empty(shape, dtype=k0.dtype, device=k0.device)
+        self.allocate(blocks, len(kv), k0.shape[1], k0.shape[3], k0.dtype, k0.device)
+
+    @classmethod
+    def empty(cls, blocks: int, layers: int, kv_heads: int, head_dim: int, dtype, device) -> BlockPool:
+        """A pool of this geometry, allocated now (on a bounded device, when the engine is sized)."""
+        pool = cls.__new__(cls)
+        pool.allocate(blocks, layers, kv_heads, head_dim, dtype, device)
+        return pool
+
+    def allocate(self, blocks: int, layers: int, kv_heads: int, head_dim: int, dtype, device) -> None:
+        shape = (layers, kv_heads, blocks, STORE_BLOCK, head_dim)
+        self.keys = torch.empty(shape, dtype=dtype, device=device)
+        self.values = torch.empty(shape, dtype=dtype, device=device)
         self.free = list(range(blocks - 1, -1, -1))  # popped from the end: the lowest block first
         self.high_water = 0  # blocks [0, high_water) have been written: on a CPU, the pool's resident part
 
@@ -98,6 +110,7 @@ class PrefixStore:
         self.tokens = 0
         self._next = 0
         self.evictions = 0  # entries dropped to stay within the budget
+        self.refused = 0  # prefixes not stored for want of memory
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -125,11 +138,24 @@ class PrefixStore:
         found = [self.lookup(p) for p in prefixes]
         return [(kv, min(n, len(p)) if n >= MIN_SHARED_PREFIX else 0) for (kv, n), p in zip(found, prefixes)]
 
+    def allocate(self, geometry, dtype, device) -> None:
+        """The pool, whole, now: on a bounded device the store's share of the KV budget is allocated when the engine
+        is sized, so that storing a prefix in the middle of a step never allocates (capacity.py)."""
+        if self.budget and self.pool is None:
+            blocks = self.budget // STORE_BLOCK + 1
+            self.pool = BlockPool.empty(blocks, geometry.layers, geometry.kv_heads, geometry.head_dim, dtype, device)
+
     def keep(self, prefix: list[int], slots, slot: int) -> None:
         """Copy the slot's first len(prefix) tokens' keys and values into the store's blocks, unless it holds them or
-        they could never fit."""
+        they could never fit. Out of memory (a pool made at first use, on a CPU) stores nothing: the store only
+        saves work, and a step must not fail for it after its pass is committed."""
         if MIN_SHARED_PREFIX <= len(prefix) <= self.budget and not self.holds(prefix):
-            self.add(prefix, slots.row_views(slot))
+            try:
+                self.add(prefix, slots.row_views(slot))
+            except Exception as exc:  # noqa: BLE001 - anything but running out of memory is a bug, raised
+                if not is_out_of_memory(exc):
+                    raise
+                self.refused += 1
 
     def holds(self, tokens: list[int]) -> bool:
         """Whether exactly this prefix is stored (it becomes the most recently used)."""
@@ -156,7 +182,11 @@ class PrefixStore:
         if len(self.pool.free) < needed:  # part-filled blocks of entries this one makes redundant: none to evict
             return
         blocks = [self.pool.free.pop() for _ in range(needed)]
-        self.pool.write(blocks, kv, len(tokens))
+        try:
+            self.pool.write(blocks, kv, len(tokens))
+        except BaseException:  # the blocks go back: nothing was stored
+            self.pool.free.extend(reversed(blocks))
+            raise
         key, self._next = self._next, self._next + 1
         path, kids = [], self.root
         for at in range(0, len(tokens) - STORE_BLOCK + 1, STORE_BLOCK):

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from offline_sumscore.engine.cpu.pick_kernel import pick_kernel as native_picks
 from offline_sumscore.engine.local.features import EngineFeatures, EngineStats, Timing
-from offline_sumscore.engine.local.pick_kernel import pick_kernel as native_picks
 from offline_sumscore.engine.local.plan import Pick, ReadPoint, StepPlan
 from offline_sumscore.engine.local.transfer import to_device
 

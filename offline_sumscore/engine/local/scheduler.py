@@ -15,6 +15,9 @@ from offline_sumscore.engine.local.memory import halves
 from offline_sumscore.engine.local.prefix_store import MIN_SHARED_PREFIX, common_length
 from offline_sumscore.engine.local.rows import Row
 
+OUTPUT_ALLOWANCE = 256  # output tokens a row is planned for, within its cap (most verdicts stop far sooner)
+COLUMN_STEP = 64  # a slot set's columns come in multiples of this (kv_slots.py)
+
 
 @dataclass
 class Unit:
@@ -29,6 +32,17 @@ class Unit:
     @property
     def cost(self) -> int:  # tokens this unit will hold in the cache, padding aside
         return len(self.prefix) + sum(len(r.prompt_ids) - len(self.prefix) + min(r.cap, 256) for r in self.rows)
+
+    @property
+    def width(self) -> int:
+        """Columns its widest row will take in a slot: its prompt and the output it is planned for."""
+        return max(planned_width(r) for r in self.rows)
+
+
+def planned_width(row: Row) -> int:
+    """A row's columns in its slot by the time it ends, as planned: its prompt and OUTPUT_ALLOWANCE of output (or what
+    it has written, if more)."""
+    return len(row.prompt_ids) + max(len(row.out), min(row.cap, OUTPUT_ALLOWANCE))
 
 
 @dataclass
@@ -50,6 +64,7 @@ class Batch:
     rows: list[Row | None] = field(default_factory=list)
     admitted: int = 0  # rows admitted so far: each row's order of admission, for preemption
     forming: list[Forming] = field(default_factory=list)
+    released: int = 0  # rows that have left so far (finished, failed or sent back)
 
     @property
     def live(self) -> list[Row]:
@@ -75,6 +90,7 @@ class Batch:
     def release(self, rows: list[Row]) -> None:
         """Free the slots of these rows (finished, or sent back to wait); a forming unit forgets them."""
         self.cache.release([r.slot for r in rows])
+        self.released += len(rows)
         for r in rows:
             self.rows[r.slot] = None
             r.leave()
@@ -94,10 +110,16 @@ class Batch:
 
 class Scheduler:
     """Waiting units in arrival order (within one arrival, longest first, so an out-of-memory error comes early);
-    schedule() picks those that join the running batch at the next step."""
+    schedule() picks those that join the running batch at the next step.
 
-    def __init__(self, *, max_rows: int, token_budget: int, shared_prefix: bool):
+    On a CPU the token budget counts the tokens rows will hold (Unit.cost); on a device of bounded memory
+    (slot_bound) it counts what the slots will take, every slot of the span as wide as the widest row (slots x
+    columns, planned_width), the same shapes the slots claim from the KV budget (kv_slots.py), so that what is
+    admitted fits."""
+
+    def __init__(self, *, max_rows: int, token_budget: int, shared_prefix: bool, slot_bound: bool = False):
         self.max_rows, self.token_budget, self.shared_prefix = max_rows, token_budget, shared_prefix
+        self.slot_bound = slot_bound
         self.waiting: list[Unit] = []
 
     def add(self, rows: list[Row]) -> None:
@@ -121,15 +143,34 @@ class Scheduler:
         empty (it fails alone if it cannot run at all)."""
         rows = len(batch.live)
         used = rows * batch.width
+        taken = sum(r is not None for r in batch.rows)  # slots held (slot_bound: the span grows past them)
+        width = max((planned_width(r) for r in batch.live), default=0)
         chosen: list[Unit] = []
         while self.waiting:
             unit = self.waiting[0]
-            if (used + unit.cost > self.token_budget or rows + len(unit.rows) > self.max_rows) and (rows or chosen):
+            if self.slot_bound:
+                slots, columns = max(len(batch.rows), taken + len(unit.rows)), max(width, unit.width)
+                over = slots * -(-columns // COLUMN_STEP) * COLUMN_STEP > self.token_budget
+            else:
+                over = used + unit.cost > self.token_budget
+            if (over or rows + len(unit.rows) > self.max_rows) and (rows or chosen):
                 break
             chosen.append(self.waiting.pop(0))
             used += unit.cost
             rows += len(unit.rows)
+            taken, width = taken + len(unit.rows), max(width, unit.width)
         return chosen
+
+    def too_large(self, unit: Unit) -> str | None:
+        """Why a unit cannot run even alone on a bounded device (its prompt's keys and values alone exceed the KV
+        budget), in words; None where it can, or on a CPU."""
+        need = max(len(r.prompt_ids) for r in unit.rows) + 1
+        if not self.slot_bound or need <= self.token_budget:
+            return None
+        return (
+            f"its prompt needs {need} tokens of keys and values, more than the engine's KV budget of "
+            f"{self.token_budget} tokens on this device; use a shorter text, or a device with more memory"
+        )
 
     def put_back(self, units: list[Unit]) -> None:
         """Units that could not be prefilled now go first next time."""

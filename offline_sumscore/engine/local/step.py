@@ -6,20 +6,25 @@ slots, not a row), so an out-of-memory error raised anywhere in it leaves the ba
    computes, within the pass's token budget (a long prompt goes in chunks over several steps); each row fed whole
    may add a draft of guessed tokens (drafts.py), checked in this same pass. The judge's pick is read after each
    whole row's pending tokens and after each of its guessed tokens.
-2. The pass: every feed as one flat ragged sequence through the decoder (forward.py).
-3. Masks: while the device runs the pass, the grammar mask of every read point is filled on the CPU (on a CPU,
-   whose pass is synchronous, after it: filled in a thread beside the pass they gained nothing measurable on the
-   2-core machine, docs/performance.md).
+2. The pass: every feed as one flat ragged sequence through the decoder (forward.py), and the vocabulary
+   projection at the read points after it, both launched before the host does anything else.
+3. Masks: while the device runs the pass and the projection, the grammar mask of every read point is filled on
+   the CPU (on a CPU, whose pass is synchronous, after them: filled in a thread beside the pass they gained nothing
+   measurable on the 2-core machine, docs/performance.md).
 4. Picks: the greedy pick and P(yes) at every read point, in one transfer; only now is the pass committed.
 5. Update (Stepper.update, the one place a step changes rows): pending tokens computed; a unit's prefix, computed
    in its lead's slot, goes to the prefix store and into the slots of the rows waiting for it; each row keeps its
    draft up to the first token its own pick disagrees with, and that pick (exactly what decoding one token per
-   step gives); guessed tokens it did not keep are given back; finished rows free their slots.
+   step gives); guessed tokens it did not keep are given back; finished rows free their slots. Nothing in it
+   allocates on a bounded device (the store's pool is allocated when the engine is sized), and whatever fails in
+   it fails the one row it touched, never the step: a step that raised after its commit used to leave its rows
+   computed but with nothing pending, and a stream that never ended.
 """
 
 from __future__ import annotations
 
 from offline_sumscore.core.errors import Failure
+from offline_sumscore.engine.local.device_memory import is_out_of_memory
 from offline_sumscore.engine.local.drafts import Draft, Drafter
 from offline_sumscore.engine.local.features import EngineStats
 from offline_sumscore.engine.local.forward import Passes
@@ -28,6 +33,7 @@ from offline_sumscore.engine.local.prefix_store import PrefixStore
 from offline_sumscore.engine.local.rows import Row
 from offline_sumscore.engine.local.sampling import Sampler
 from offline_sumscore.engine.local.scheduler import Batch
+from offline_sumscore.engine.retry import engine_raised
 
 
 class Stepper:
@@ -52,10 +58,10 @@ class Stepper:
         cache = batch.cache
         hidden, offsets = self.passes.run(cache, plan.tokens, plan.starts, kind="step", commit=False)  # 2
         try:  # a failure from here on leaves the cache as it was, as a failed pass does
-            bitmask, only_eos = self.sampler.masks(batch.rows, plan)  # 3
             reads = plan.read_points(offsets)
-            logits = self.passes.logits(hidden, [r.hidden_at for r in reads], self.sampler.vocab_size)  # 4
-            picks = self.sampler.pick(batch.rows, reads, logits, bitmask)
+            logits = self.passes.logits(hidden, [r.hidden_at for r in reads], self.sampler.vocab_size)
+            bitmask, only_eos = self.sampler.masks(batch.rows, plan)  # 3
+            picks = self.sampler.pick(batch.rows, reads, logits, bitmask)  # 4
         except BaseException:
             cache.abort()
             raise
@@ -76,7 +82,11 @@ class Stepper:
             if output.only_eos[feed.slot]:  # complete, though llguidance did not say so when its last token went in
                 row.finish()
                 continue
-            kept = self.accept(row, feed, output.picks)
+            try:
+                kept = self.accept(row, feed, output.picks)
+            except Exception as exc:  # noqa: BLE001 - this row fails, naming the error; the others go on
+                row.fail(Failure.MEMORY if is_out_of_memory(exc) else Failure.MODEL, engine_raised(exc))
+                continue
             if feed.draft:
                 self.stats.draft_tokens += len(feed.draft.tokens)
                 self.stats.accepted_draft_tokens += kept
@@ -87,15 +97,21 @@ class Stepper:
 
     def formed(self, batch: Batch) -> None:
         """Units whose lead has computed their prefix: it goes to the prefix store, and into the waiting rows'
-        slots; those rows feed their own remainders (and any forced tokens already taken) from the next step."""
+        slots; those rows feed their own remainders (and any forced tokens already taken) from the next step. Where
+        the copy runs out of memory, the waiting rows compute the prefix themselves, from what their slots hold."""
         still = []
         for forming in batch.forming:
             lead, shared = forming.lead, len(forming.prefix)
             if lead.computed < shared:
                 still.append(forming)
                 continue
-            self.store.keep(forming.prefix, batch.cache, lead.slot)
-            batch.cache.fork(lead.slot, [r.slot for r in forming.waiting], shared)
+            self.store.keep(forming.prefix, batch.cache, lead.slot)  # stores nothing where memory runs out
+            try:
+                batch.cache.fork(lead.slot, [r.slot for r in forming.waiting], shared)
+            except Exception as exc:  # noqa: BLE001 - only running out of memory is recovered here
+                if not is_out_of_memory(exc):
+                    raise
+                continue  # a copy cut short wrote only past what each row holds, which its own pass writes over
             for row in forming.waiting:
                 row.computed_to(shared)
         batch.forming = still

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.native_build import AVX512_FLAGS, NativeModule
+from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule
 
 BLOCK = 32  # weights a scale and a minimum cover (GGUF's Q4_1)
 LANES = 16  # outputs the kernel computes together, one a vector lane

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 
-from offline_sumscore.engine import block_codes
+from offline_sumscore.engine.cpu import block_codes
 
 ROWS_HINT = 64  # the row count oneDNN lays the packed weight out for; any row count runs on it
 PRIMITIVE_CACHE = 64  # shapes kept by oneDNN's primitive cache and by ideep's (each a few passes' worth)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.native_build import AVX512_FLAGS, NativeModule
+from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule
 
 SOURCE = Path(__file__).with_name("attention_kernel.cpp")
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)

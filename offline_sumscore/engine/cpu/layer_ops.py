@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.native_build import AVX512_FLAGS, NativeModule
+from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule
 
 NATIVE = NativeModule(
     Path(__file__).with_name("layer_ops.cpp"),
