@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from offline_sumscore.analysis.run_notes import alike_scores, not_english
 from offline_sumscore.cli.app import (
     EXIT_ROWS_FAILED,
     InputProblem,
@@ -21,6 +22,7 @@ from offline_sumscore.cli.app import (
     run_table,
 )
 from offline_sumscore.core.errors import SumscoreError
+from offline_sumscore.core.figures import figure_note
 from offline_sumscore.core.results import embedded_judge_note
 from offline_sumscore.io.inputs import read_samples
 from offline_sumscore.scorers import METRICS
@@ -29,14 +31,12 @@ from offline_sumscore.scorers import METRICS
 def evidence_text(e: dict) -> str:
     """A likelihood verdict's weakest token, as a person reads it: the word it is part of, and the token itself
     where it is a visible piece of that word (a bare ' ' before "4" is never shown)."""
-    shown = e.get("expected_word") or e["expected"].strip()
-    expected = f"; given the source the judge expected {shown!r} (p {e['p_expected']:.2f})"
+    shown = e["expected_word"] if "expected_word" in e else e["expected"].strip()  # a whole word, never a piece
+    expected = f"; given the source the judge expected {shown!r} (p {e['p_expected']:.2f})" if shown else ""
     word, piece = e.get("word", e["token"].strip()), e["token"].strip()
     # The token beside its word only where it is a visible piece of it ('20' of "2014"); a bare ' ' says nothing.
     token = f"token {piece!r}, " if piece and word != piece else ""
-    return (
-        f"{word!r} ({token}PMI {e['pmi']:+.1f} nats, p {e['p']:.2f}{expected if e['expected'] != e['token'] else ''})"
-    )
+    return f"{word!r} ({token}PMI {e['pmi']:+.1f} nats, p {e['p']:.2f}{expected if shown != word else ''})"
 
 
 @main.command()
@@ -114,6 +114,9 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
             began = time.perf_counter()
             rows = [r.to_dict() for r in scorer.score_many(samples, on_error="return")]
             click.echo(run_table(name, rows, time.perf_counter() - began, details=False))
+            for said in (alike_scores(rows), not_english(rows)):
+                if said:
+                    click.echo(f"note: {said}")
             note = note or embedded_judge_note(rows)
             if out:
                 out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
@@ -128,11 +131,14 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                             f"      claim    {'supported  ' if claim['supported'] else 'UNSUPPORTED'} "
                             f"P={p_text(claim['p_supported'])}  {claim['claim']}"
                         )
+                        for figure in claim.get("figures") or []:
+                            click.echo(f"               figure   {figure_note(figure)}")
                         if claim.get("conflict"):
                             c = claim["conflict"]
+                            expected = repr(c["expected_word"]) if c.get("expected_word") else "another word"
                             click.echo(
                                 f"               conflict {c['word']!r}: given the source the judge expected "
-                                f"{c['expected_word']!r} (p {c['p_expected']:.2f}); PMI {c['pmi']:+.1f} nats there"
+                                f"{expected} (p {c['p_expected']:.2f}); PMI {c['pmi']:+.1f} nats there"
                             )
                         elif claim.get("evidence"):
                             click.echo(f"               weakest word {evidence_text(claim['evidence'])}")
@@ -147,6 +153,7 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                     )
         if out:
             out.close()
+            click.echo(f"wrote the rows to {output_path}")
         if note:
             click.echo(f"note: {note}")
     except SumscoreError as exc:

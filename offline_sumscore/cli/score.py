@@ -200,7 +200,11 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
 )
 @click.option("--judge-concurrency", type=int, default=4, show_default=True, help="With --judge-url: requests at once.")
 @click.option(
-    "--judge-timeout", type=float, default=120, show_default=True, help="With --judge-url: seconds a request."
+    "--judge-timeout",
+    type=float,
+    default=120,
+    show_default=True,
+    help="With --judge-url: seconds a request may take, its retries included; past them its row fails, naming it.",
 )
 @click.option(
     "--engine",
@@ -282,10 +286,14 @@ def _warn_about_verdicts(rows, calibrated: dict | None) -> None:
     another judge, or under another likelihood rule (an older version's), than the rows were scored with. The rows
     are read twice, one at a time: a long run's rows come from its file, never all at once."""
     from offline_sumscore.analysis.calibration import is_likelihood_row, one_sided_run
+    from offline_sumscore.analysis.run_notes import alike_scores, not_english
 
     said = one_sided_run(rows)
     if said:
         click.echo(f"warning: {said}", err=True)
+    for note in (alike_scores(rows), not_english(rows)):
+        if note:
+            click.echo(f"note: {note}", err=True)
     identities, rules = set(), set()
     for r in rows:
         if is_likelihood_row(r):
@@ -431,4 +439,7 @@ def _say_how_it_went(metric: str, run, cache, *, on_ray: bool) -> None:
 
         if any(redo_on_resume(r) for r in failed):
             click.echo("rows the judge's engine or server failed (cause ...:model) are scored again by --resume")
+    where = f"into the folder {run.output.path}" if run.output.sharded else f"to {run.output.path}"
+    click.echo(f"wrote {len(report.rows)} rows {where}")  # last: where the run wrote, whatever else it said
+    if failed:
         sys.exit(EXIT_ROWS_FAILED)

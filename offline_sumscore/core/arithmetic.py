@@ -80,6 +80,18 @@ def coverage(coverage_verdicts: Sequence[Any], n_questions: int, max_questions: 
     return ratio(answered, asked)
 
 
+def soft_coverage(coverage_verdicts: Sequence[Any], n_items: int, max_questions: int = 10) -> float:
+    """The mean probability that the summary covers each of the (capped) items, read from each verdict's
+    "p_answered" (its yes/no where it has none): the expected share covered, where coverage() counts the verdicts
+    that cleared their threshold. A missing verdict counts as 0."""
+    asked = min(n_items, max_questions)
+    probs = []
+    for i, v in enumerate(list(coverage_verdicts)[:asked]):
+        p = v.get("p_answered") if isinstance(v, dict) else None
+        probs.append(float(p) if p is not None else float(verdict_is_yes(v, i)))
+    return ratio(sum(probs), asked)
+
+
 def coverage_deepeval(coverage_verdicts: Sequence[Any]) -> float:
     """DeepEval's coverage: of the questions the source answers yes, the share the summary answers yes too; 0 when
     the source answers none. A verdict without a "source_answered" key counts as answered by the source (a key
@@ -123,6 +135,7 @@ def two_axis_score(
     strict_mode: bool = False,
     threshold: float = 0.5,
     flavor: str = "mastra",
+    soft: bool = False,
 ) -> TwoAxisScore:
     """Recompute the two-axis score from saved verdicts: alignment = the claim verdicts, questions = the coverage
     items (questions, key facts or key sentences), coverage = their verdicts, as they appear in an output row.
@@ -133,6 +146,9 @@ def two_axis_score(
     flavor="deepeval" (DeepEval's SummarizationMetric): coverage counts only items the source answers yes
       (coverage_deepeval); no claims gives alignment 0; the score is not rounded.
     strict_mode (as DeepEval's): each axis is 0 unless it is 1, and passing needs a score of 1.
+    soft: coverage is the mean probability that each item is covered (soft_coverage), not the share of verdicts that
+      cleared their threshold: the embedded judge's design, whose likelihood verdicts on a short summary's key
+      sentences rarely clear it (a summary of two sentences cannot make the judge expect five of the source's).
     """
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {', '.join(FLAVORS)}. Given: {flavor}")
@@ -142,7 +158,7 @@ def two_axis_score(
     claims = list(alignment)
     a = _alignment(claims)
     if flavor == "mastra":
-        c = _coverage(coverage, len(questions), max_questions)
+        c = (soft_coverage if soft else _coverage)(coverage, len(questions), max_questions)
         scorable = bool(claims) and min(len(questions), max_questions) > 0
     else:
         c = coverage_deepeval(coverage)

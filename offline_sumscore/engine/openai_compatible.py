@@ -7,8 +7,11 @@ response that fails validation (or a 400 that names response_format) switches th
 fallback: the schema is written into the prompt and every output is validated, so a bad output is a failed stage
 with its raw text, never a score. `describe()` says which mode produced the verdicts, and every row stores it.
 
-Requests run concurrently (a thread pool of `concurrency`), each with a timeout; connection errors and 5xx replies
-are retried with exponential backoff. Yes/No verdicts (schemas.YesNoVerdict) are asked as plain text, with the
+Requests run concurrently (`concurrency` worker threads), each within its timeout, retries included: connection
+errors and 5xx replies are retried with exponential backoff until then, and a server that stops answering fails its
+rows, naming the timeout, instead of holding the run. The workers are daemon threads and the caller waits for their
+answers in short slices, so Ctrl-C ends a run at once (a pool's shutdown used to wait out every queued request, each
+up to its timeout times its tries: minutes). Yes/No verdicts (schemas.YesNoVerdict) are asked as plain text, with the
 answer's grammar in vLLM's `structured_outputs` field (a server that does not know it ignores it or refuses it: then
 it is dropped, loudly), and the reply's first word must be yes or no. Where a verdict is decided, the request asks
 for `top_logprobs`, and P(yes) is read from them as our engine reads it (choice_logprobs.py); a server that gives
@@ -20,13 +23,13 @@ from __future__ import annotations
 
 import json
 import math
+import queue
 import re
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from offline_sumscore.core.errors import Failure, UsageError, check_count
 from offline_sumscore.core.schemas import TextOutput, max_json_chars, parse_output
@@ -35,6 +38,7 @@ from offline_sumscore.engine import Engine
 from offline_sumscore.engine.choice_logprobs import CHOICE_LOGPROBS, choice_probs
 from offline_sumscore.engine.grammar import COMPACT_JSON
 
+WAIT_SLICE = 0.2  # seconds the caller waits for an answer before it looks again (an interrupt lands between slices)
 SCHEMA_MODE = "server json_schema (response_format)"
 TEXT_MODE = "plain text, parsed here"
 PROMPT_MODE = "schema in the prompt, output validated here"
@@ -111,10 +115,42 @@ class ServedEngine(Engine):
         return request.max_new_tokens or (max_json_chars(json.loads(request.schema_json), escapes=False) // 2 + 16)
 
     def run(self, requests: Sequence[StageRequest]) -> list[StageResult]:
+        """Each request answered by one of `concurrency` daemon workers; the caller waits in slices of WAIT_SLICE
+        seconds, so an interrupt (Ctrl-C) reaches it within one, and the workers stop taking work."""
         if not requests:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(requests))) as pool:
-            return list(pool.map(self._one, requests))
+        work, answers, stop = queue.SimpleQueue(), queue.SimpleQueue(), threading.Event()
+        for item in enumerate(requests):
+            work.put(item)
+
+        def worker() -> None:
+            while not stop.is_set():
+                try:
+                    i, request = work.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    answers.put((i, self._one(request)))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller, which raises it
+                    answers.put((i, exc))
+
+        for _ in range(min(self.concurrency, len(requests))):
+            threading.Thread(target=worker, daemon=True, name="offline_sumscore-served").start()
+        results: list[StageResult | None] = [None] * len(requests)
+        try:
+            for _ in requests:
+                while True:
+                    try:
+                        i, answer = answers.get(timeout=WAIT_SLICE)
+                        break
+                    except queue.Empty:
+                        continue
+                if isinstance(answer, BaseException):
+                    raise answer
+                results[i] = answer
+        finally:
+            stop.set()  # on an interrupt too: queued requests are never sent
+        return results
 
     # -- one request ------------------------------------------------------------------------------------------
     def _one(self, request: StageRequest) -> StageResult:
@@ -230,28 +266,40 @@ class ServedEngine(Engine):
         return result
 
     def _post(self, body: dict) -> dict:
+        """The server's reply, within self.timeout seconds in all (every try and wait between them); ServerError
+        past that, naming it."""
         data = json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        delay = 1.0
+        delay, deadline = 1.0, time.monotonic() + self.timeout
         for attempt in range(self.retries + 1):
+            left = deadline - time.monotonic()
             try:
+                if left <= 0:
+                    raise TimeoutError("no time left")
                 req = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                    with self._lock:
-                        self.requests_sent += 1
-                    return json.loads(resp.read().decode("utf-8"))
+                with urllib.request.urlopen(req, timeout=left) as resp:
+                    reply = json.loads(resp.read().decode("utf-8"))
+                with self._lock:
+                    self.requests_sent += 1
+                return reply
             except urllib.error.HTTPError as exc:
                 detail = exc.read().decode("utf-8", "replace")[:300]
                 if exc.code < 500 or attempt == self.retries:
                     raise ServerError(f"{self.url} answered HTTP {exc.code}: {detail}", exc.code) from None
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+                why = getattr(exc, "reason", exc)
                 if attempt == self.retries:
                     raise ServerError(
-                        f"{self.url} could not be reached after {self.retries + 1} tries: {getattr(exc, 'reason', exc)}"
+                        f"{self.url} could not be reached after {self.retries + 1} tries: {why}"
                     ) from None
-            time.sleep(delay)
+                if deadline - time.monotonic() <= delay:  # no time left for another try
+                    raise ServerError(
+                        f"{self.url} did not answer within the {self.timeout:g} s a request may take "
+                        f"(--judge-timeout; {attempt + 1} tries): {why}"
+                    ) from None
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay *= 2
         raise AssertionError("unreachable")
 

@@ -130,12 +130,18 @@ def _marked(text: str, entry: dict, failed: bool) -> str:
     shown, c, e = html.escape(text), entry.get("conflict"), entry.get("evidence")
     if c:
         word, kind = html.escape(c["word"]), "conflict"
-        note = f"the text makes the judge expect &#39;{html.escape(c['expected_word'])}&#39; (p {c['p_expected']:.2f})"
+        note = (
+            f"the text makes the judge expect &#39;{html.escape(c['expected_word'])}&#39; (p {c['p_expected']:.2f})"
+            if c.get("expected_word")
+            else f"the text makes the judge expect another word here (p {c['p_expected']:.2f})"
+        )
     elif failed and e and e.get("word"):
         word, kind = html.escape(e["word"]), "weakest"
         note = f"the word the text explains least (PMI {e['pmi']:+.1f} nats)"
-        expected = e.get("expected_word") or e["expected"].strip()
-        if e["expected"].strip() not in ("", e["token"].strip()):  # a space expected says nothing worth showing
+        # A whole word of the text, or nothing: never a token's piece (a row written before the word was kept: its
+        # token, where it is a word of its own)
+        expected = e["expected_word"] if "expected_word" in e else e["expected"].strip()
+        if expected and expected != e["word"]:
             note += f"; the judge expected &#39;{html.escape(expected)}&#39; (p {e['p_expected']:.2f})"
     else:
         return shown
@@ -216,6 +222,9 @@ def _the_run(rows, ok, failed, metric: str, settings: dict, scores: list[float],
     stages = [s for r in rows for s in (r.get("stages") or {}).values()]
     tokens_in, tokens_out = sum(s.get("tokens_in", 0) for s in stages), sum(s.get("tokens_out", 0) for s in stages)
     wall, runs = wall_seconds(rows)
+    cached = sum(1 for s in stages if s.get("cached"))
+    # A run answered from the stage cache took little time because the judge did little: said beside its time.
+    from_cache = f"; {cached} of {len(stages)} stage answers came from the stage cache, not the judge" if cached else ""
     causes = Counter((r["error"] or {}).get("cause", "?") for r in failed)
     mean = sum(scores) / len(scores) if scores else None
     return (
@@ -230,7 +239,7 @@ def _the_run(rows, ok, failed, metric: str, settings: dict, scores: list[float],
         f"<dt>tokens</dt><dd>{tokens_in} in, {tokens_out} out</dd>"
         f"<dt>wall time</dt><dd>{'-' if wall is None else f'{wall:.1f} s'} scoring"
         + (f", over {runs} runs (resumed)" if runs > 1 else "")
-        + " (from the run's start to its last row written; the judge's loading aside)</dd>"
+        + f" (from the run's start to its last row written; the judge's loading aside{from_cache})</dd>"
         f"<dt>settings</dt><dd><code>{html.escape(json.dumps(settings))}</code></dd></dl>"
     )
 

@@ -1,16 +1,15 @@
 """Bulk runs that never lose a finished row.
 
-The input is cut into fixed chunks (chunk_size rows, counted from the top of the file): the unit of checkpointing.
-Here, every chunk that is not done goes through the engine as one stream (ScorerBase.stream): at most in_flight
-samples at a time, a new one starting the moment one finishes, so no chunk waits for the one before and no sample
-for another's slow row. A chunk's rows are appended to OUTPUT in one write, flushed and fsynced, once all its rows
-are final and every chunk before it is written (a reorder buffer: OUTPUT grows in input order). A chunk is in OUTPUT
-whole or, after a crash mid-write, as a torn tail that a resumed run cuts off and redoes. A resumed run skips the
-chunks whose every row is in OUTPUT and streams the others; its batches are formed from where it starts, so they can
-differ from an uninterrupted run's (batch composition can move a verdict through padding numerics; the flip rate is
-measured in benchmarks/kill_resume.py). At the end OUTPUT is rewritten in input order, one row per input row,
-atomically (a temporary file, fsync, rename). A pool of workers (offline_sumscore.runs.ray_pool) scores whole chunks
-instead, yielding them in any order.
+Here, every row not yet in OUTPUT goes through the engine as one stream (ScorerBase.stream): at most in_flight
+samples at a time, a new one starting the moment one finishes, so no sample waits for another's slow row. Each row
+is appended to OUTPUT, flushed and fsynced, the moment it is final: OUTPUT grows in the order rows finish (with a
+7-8B judge a chunk of 32 rows took many minutes, and a run stopped before its first chunk was whole kept nothing). A
+row is in OUTPUT whole or, after a crash mid-write, as a torn tail that a resumed run cuts off and redoes. A resumed
+run scores only the rows not in OUTPUT; its batches are formed from where it starts, so they can differ from an
+uninterrupted run's (batch composition can move a verdict through padding numerics; the flip rate is measured in
+benchmarks/kill_resume.py). At the end OUTPUT is rewritten in input order, one row per input row, atomically (a
+temporary file, fsync, rename). A pool of workers (offline_sumscore.runs.ray_pool) scores whole chunks of chunk_size
+rows instead (counted from the top of the file), yielding them in any order, each appended whole.
 
 A row is matched to OUTPUT by its key ("id:<id>", or "line:<n>" when the row names no id) and the hash of its
 content; a key whose content changed is an error, never silently reused. A row that failed because the judge's
@@ -59,34 +58,19 @@ Chunk = list  # the input rows (Sample | BadRow) of one chunk, in input order
 ChunkScorer = Callable[[list[tuple[int, Chunk]]], Iterator[tuple[int, list[dict]]]]
 
 
-def stream_chunks_here(
-    scorer, todo: list[tuple[int, Chunk]], emit: Callable[[int, list[dict]], None], in_flight: int | None = None
+def stream_rows_here(
+    scorer, pending: list, emit: Callable[[list, list[dict]], None], in_flight: int | None = None
 ) -> None:
-    """Score the chunks' Samples as one stream; emit(k, rows) each chunk, in the order given, as soon as it and
-    every chunk before it are final."""
-    where = [
-        (pos, at) for pos, (_, chunk) in enumerate(todo) for at, item in enumerate(chunk) if isinstance(item, Sample)
-    ]
-    samples = [todo[pos][1][at] for pos, at in where]
-    results: list[dict[int, dict]] = [{} for _ in todo]
-    missing = [sum(isinstance(item, Sample) for item in chunk) for _, chunk in todo]
-    written = 0
-
-    def flush() -> None:
-        nonlocal written
-        while written < len(todo) and missing[written] == 0:
-            k, chunk = todo[written]
-            found, results[written] = results[written], {}  # a written chunk's rows leave memory with it
-            written += 1
-            emit(k, chunk_rows(chunk, [found[at] for at in sorted(found)], scorer.metric))
+    """Score the pending rows' Samples as one stream; emit(items, rows) each row the moment it is final (the bad
+    rows first, together)."""
+    bad = [item for item in pending if isinstance(item, BadRow)]
+    if bad:
+        emit(bad, [bad_row(item, scorer.metric) for item in bad])
+    samples = [item for item in pending if isinstance(item, Sample)]
 
     def done(i: int, outcome) -> None:
-        pos, at = where[i]
-        results[pos][at] = outcome.to_dict()
-        missing[pos] -= 1
-        flush()
+        emit([samples[i]], [_with_origin(samples[i], outcome.to_dict())])
 
-    flush()  # chunks of bad rows only
     if samples:
         scorer.stream(samples, done, in_flight=in_flight)
 
@@ -167,12 +151,15 @@ def run_bulk(
     progress: Callable[[int], None] | None = None,
     score_chunks: ChunkScorer | None = None,
     in_flight: int | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> BulkReport:
-    """Score items into OUTPUT (JSONL), checkpointed chunk by chunk; see the module docstring for the guarantees.
+    """Score items into OUTPUT (JSONL), every row appended the moment it is final; see the module docstring for the
+    guarantees.
 
-    score_chunks: how the chunks that are not done get scored (default: here, as one stream of at most in_flight
-    samples, None: as many as the engine asks for); it may yield them in any order, as a pool of workers finishes
-    them (offline_sumscore.runs.ray_pool)."""
+    score_chunks: how the chunks that are not done get scored (default: here, row by row as one stream of at most
+    in_flight samples, None: as many as the engine asks for); it may yield them in any order, as a pool of workers
+    finishes them (offline_sumscore.runs.ray_pool). notify(message): told, on a resumed run, how many rows OUTPUT
+    kept and how many are left to score."""
     check_count("chunk_size", chunk_size)
     started = time.time()
     path = Path(output)
@@ -188,36 +175,38 @@ def run_bulk(
     report.resumed = sum(item.key in done for item in items)
     chunks = [list(items[start : start + chunk_size]) for start in range(0, len(items), chunk_size)]
     todo = [(k, chunk) for k, chunk in enumerate(chunks) if not all(item.key in done for item in chunk)]
+    pending = [item for item in items if item.key not in done]
+    if resume and notify:
+        notify(f"resuming {path}: {report.resumed} rows kept from it, {len(pending)} to score")
     if progress:
-        progress(sum(len(chunk) for chunk in chunks) - sum(len(chunk) for _, chunk in todo))
+        progress(len(items) - (len(pending) if score_chunks is None else sum(len(chunk) for _, chunk in todo)))
     try:
         out = open(path, "ab" if resume else "wb", buffering=0)  # unbuffered: a failed write leaves nothing pending
     except OSError as exc:
         raise WriteError(path, exc) from None
     with out:
 
-        def write(k: int, rows: list[dict]) -> None:
-            chunk = chunks[k]
+        def write(written: list, rows: list[dict]) -> None:
             # Wall-clock facts of the run that wrote the row: a report adds up each run's span (resumed runs too)
             stamp = {"run_started": round(started, 3), "written": round(time.time(), 3)}
             for row in rows:
                 row["timing"] = stamp
             lines = [dumps(r) for r in rows]
             offset = append_whole(out, b"".join(lines), len(done))
-            for item, line in zip(chunk, lines):
-                done[item.key] = (offset, len(line))  # a chunk redone after a torn write: the later copy wins
+            for item, line in zip(written, lines):
+                done[item.key] = (offset, len(line))  # a row redone after a torn write: the later copy wins
                 offset += len(line)
             if progress:
-                progress(len(chunk))
+                progress(len(written))
             if fail_fast and any(r.get("error") for r in rows):
                 raise _StopRun
 
         try:
             if score_chunks is None:
-                stream_chunks_here(scorer, todo, write, in_flight)
+                stream_rows_here(scorer, pending, write, in_flight)
             else:
                 for k, rows in score_chunks(todo):
-                    write(k, rows)
+                    write(chunks[k], rows)
         except _StopRun:
             report.stopped_early = True
     finished = RecordRows(path, [done[item.key] for item in items if item.key in done])

@@ -50,8 +50,15 @@ class Output:
 
     @classmethod
     def at(cls, output_path: str | os.PathLike, output_format: str = "native") -> Output:
+        """OUTPUT named: a folder of shards where the name ends in a slash; a file otherwise. A name without one
+        that is an existing folder is refused: writing shards into it unasked surprised the user who meant a file."""
         path = str(output_path)
-        sharded = path.endswith(("/", os.sep)) or Path(path).is_dir()
+        sharded = path.endswith(("/", os.sep))
+        if not sharded and Path(path).is_dir():
+            raise UsageError(
+                f"OUTPUT {path} is an existing folder: end it with a slash ({path}/) to write shards of rows into it, "
+                f"or name a file ({Path(path) / 'scores.jsonl'})"
+            )
         if sharded:
             return cls(path, True, str(Path(path) / "rows.jsonl.record"))
         native_jsonl = output_kind(path) == ".jsonl" and output_format == "native"
@@ -114,10 +121,10 @@ def score_file(
     scorer: a SummarizationScorer or SummaryScore; else one is built from metric, model, options (its keyword
     arguments), cache and engine (a served judge). ray: score on a pool of Ray actors, each building its own scorer
     from metric, model and options (so it takes no scorer object). progress(total) gives a context manager whose
-    value has update(n), told of every finished row; notify(message) hears of sources judged in pieces, and
-    warn(message) of every input row skipped as bad. announce: a line told through notify once INPUT is checked and
-    the judge loaded, before any row is scored (the CLI's: which engine runs, and why).
-    Raises InputError (cause "no_rows") when INPUT holds no rows: OUTPUT is not written."""
+    value has update(n), told of every finished row; notify(message) hears of sources judged in pieces and, on a
+    resumed run, of the rows OUTPUT kept and those left to score; warn(message) of every input row skipped as bad.
+    announce: told through notify once the judge is loaded, before any row is scored (the CLI's: which engine runs,
+    and why). Raises InputError (cause "no_rows") when INPUT holds no rows: OUTPUT is not written."""
     for name, value in (("chunk_size", chunk_size), ("in_flight", in_flight), ("shard_rows", shard_rows)):
         if value is not None:
             check_count(name, value)  # before the judge loads: a typo costs no model load
@@ -154,6 +161,7 @@ def score_file(
                 fail_fast=fail_fast,
                 progress=bar.update if bar is not None else None,
                 score_chunks=score_chunks,
+                notify=notify,  # a resumed run says what it kept and what is left
             )
         _write_final(output, report, output_format, shard_rows, shard_format)
     return FileRun(

@@ -22,7 +22,8 @@ def score_frame(
     """df with one result column per result field added (score, reason, alignment, ..., error), in df's order.
 
     source/summary/id name df's columns. scorer: a SummarizationScorer or SummaryScore (else one is made for
-    `metric` with **options). A row that cannot be scored gets score None and its error, as in a bulk run."""
+    `metric` with **options). A row that cannot be scored gets score None and its error, as in a bulk run; the
+    `error` column is there when every row scored too (all None), so code that reads it never meets a KeyError."""
     for column in (source, summary) + ((id,) if id else ()):
         if column not in df.columns:
             raise UsageError(f"the DataFrame has no column {column!r}; it has {', '.join(map(str, df.columns))}")
@@ -41,7 +42,7 @@ def score_frame(
     for record in records:
         record.pop("id", None)
     out = df.copy()
-    columns = list(dict.fromkeys(k for r in records for k in r))
+    columns = list(dict.fromkeys([*(k for r in records for k in r), "error"]))
     for column in columns:
         out[column if column not in df.columns else f"result_{column}"] = [r.get(column) for r in records]
     return out

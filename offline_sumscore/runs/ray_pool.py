@@ -194,7 +194,8 @@ def score_dataset(
             rows = score_table(
                 self.scorer, ids, batch[source], batch[summary], source_field=source, summary_field=summary
             )
-            columns = sorted({key for r in rows for key in r})
+            # every batch has an error column, so blocks with and without a failed row share one schema
+            columns = sorted({key for r in rows for key in r} | {"error"})
             return {
                 c: [
                     json.dumps(r.get(c), ensure_ascii=False) if isinstance(r.get(c), (dict, list)) else r.get(c)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from offline_sumscore.core.figures import figure_note
+
 
 def _fmt(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
@@ -17,10 +19,16 @@ def _listed(items: Sequence[str], limit: int = 3, notes: Sequence[str] | None = 
 
 
 def conflict_note(entry: dict) -> str:
-    """('27' where the source makes the judge expect '17', p 0.98): the words behind a likelihood verdict."""
+    """(3,870: the source says 1,870 vacant posts) where the figure check found one; else ('27' where the source makes
+    the judge expect '17', p 0.98): the words behind a verdict."""
+    contradicted = [f for f in entry.get("figures") or [] if f.get("source_says")]
+    if contradicted:
+        return " (" + "; ".join(figure_note(f) for f in contradicted) + ")"
     c = entry.get("conflict")
     if not c:
         return ""
+    if not c.get("expected_word"):
+        return f" ('{c['word']}' where the source makes the judge expect another word, p {c['p_expected']:.2f})"
     return f" ('{c['word']}' where the source makes the judge expect '{c['expected_word']}', p {c['p_expected']:.2f})"
 
 
@@ -34,6 +42,7 @@ def compose_reason(
     verdicts: list[dict],
     strict_mode: bool,
     items: str = "questions",
+    soft_coverage: bool = False,
 ) -> str:
     """ "The score is S because ..." naming the axis that set the score and the claims or items behind it."""
     head = f"The score is {_fmt(score)} because"
@@ -56,6 +65,12 @@ def compose_reason(
         if missed
         else f"the summary covers every one of the {items}"
     )
+    if soft_coverage:  # coverage is the mean P(covered): the items it covers least say why
+        least = sorted(counted, key=lambda qv: qv[1].get("p_answered") or 0.0)
+        why_c = (
+            f"the summary covers the {len(counted)} {items} with a mean probability of {_fmt(round(coverage, 2))}; "
+            f"least: {_listed([q for q, _ in least], 2)}"
+        )
     if axis == "both":
         if alignment == 1:
             return f"{head} both alignment and coverage are 1: {why_a}, and {why_c}."

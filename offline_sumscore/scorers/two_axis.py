@@ -40,7 +40,7 @@ from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
-from offline_sumscore.scorers.design import stage_defaults
+from offline_sumscore.scorers.design import SOFT_COVERAGE, stage_defaults
 from offline_sumscore.scorers.reasons import compose_reason
 from offline_sumscore.scorers.two_axis_stages import (
     LIKELIHOOD_RULE,
@@ -48,6 +48,7 @@ from offline_sumscore.scorers.two_axis_stages import (
     VerdictStage,
     claims_read,
     claims_request,
+    figure_checked,
     questions_read,
     questions_request,
 )
@@ -200,6 +201,8 @@ class SummarizationScorer(ScorerBase):
             if design["verdicts"] == "likelihood":
                 design["likelihood_threshold"] = self.likelihood_threshold
                 design["likelihood_rule"] = LIKELIHOOD_RULE
+                if design["coverage"] == "key_sentences":
+                    design["coverage_rule"] = SOFT_COVERAGE
             self._design = design
         return self._design
 
@@ -326,7 +329,9 @@ class SummarizationScorer(ScorerBase):
             if deepeval_q:
                 wave += [r for p in pieces for r in verdict.requests(sid, "source_answer", p, item, "answerable")]
         replies = Replies((yield wave) if wave else [])
-        judged = [self._judged_claim(claim, i, pieces, replies, stages) for i, claim in enumerate(claims)]
+        judged = [
+            self._judged_claim(claim, i, pieces, replies, stages, sample.source) for i, claim in enumerate(claims)
+        ]
         verdicts = []
         for j in range(len(asked)):
             got = verdict.read(replies.take(verdict.width), stages, f"coverage.{j}", sample.summary)
@@ -339,8 +344,9 @@ class SummarizationScorer(ScorerBase):
             verdicts.append(entry)
         return judged, verdicts
 
-    def _judged_claim(self, claim: str, i: int, pieces: list[str], replies: Replies, stages: dict) -> dict:
-        """A claim's entry: supported when any piece of the source supports it (the most confident piece wins)."""
+    def _judged_claim(self, claim: str, i: int, pieces: list[str], replies: Replies, stages: dict, source: str) -> dict:
+        """A claim's entry: supported when any piece of the source supports it (the most confident piece wins), and
+        then the figure check's word on it (figure_checked)."""
         verdict, n_pieces = self.verdict_stage, len(pieces)
         keys = [f"support.{i}" + (f".{k}" if n_pieces > 1 else "") for k in range(n_pieces)]
         found = [verdict.read(replies.take(verdict.width), stages, key, p) for key, p in zip(keys, pieces)]
@@ -350,7 +356,7 @@ class SummarizationScorer(ScorerBase):
         if n_pieces > 1:
             entry["piece"] = best if found[best]["verdict"] else None
             entry["p_by_piece"] = [f["p"] for f in found]  # the claim checked against each piece of the source
-        return entry
+        return figure_checked(entry, source)
 
     def _asked(self, coverage: Coverage) -> list[str]:
         """The items verdicts are asked for: Mastra counts at most max_questions of them."""
@@ -359,6 +365,7 @@ class SummarizationScorer(ScorerBase):
     def _result(self, sample, pieces, judged, coverage: Coverage, verdicts, stages) -> SummarizationResult:
         """The score from the verdicts (arithmetic.two_axis_score), the reason composed from them, every verdict."""
         items = coverage.items
+        soft = self.design.get("coverage_rule") == SOFT_COVERAGE and coverage.source == "key_sentences"
         value = two_axis_score(
             judged,
             items,
@@ -368,6 +375,7 @@ class SummarizationScorer(ScorerBase):
             strict_mode=self.strict_mode,
             threshold=self.threshold,
             flavor=self.flavor,
+            soft=soft,
         )
         reason = None
         if self.include_reason:
@@ -381,6 +389,7 @@ class SummarizationScorer(ScorerBase):
                 verdicts,
                 self.strict_mode,
                 ITEM_NOUNS[coverage.source],
+                soft_coverage=soft,
             )
         counted = [v for v in verdicts if v.get("source_answered", True)]
         return SummarizationResult(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.errors import UsageError
+from offline_sumscore.core.figures import aligned_sentence, figure_check, holds_in_place
 from offline_sumscore.core.schemas import Likelihood
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import first_prob, require
@@ -110,11 +111,13 @@ class VerdictStage:
             text = require(replies[0], stages, key)
             base = require(replies[1], stages, f"{key}.baseline")
             pmi = text.mean_logprob - base.mean_logprob
-            conflict = typed_conflict(text, base, context=context)
+            # Where the statement sits in the text: its evidence is read there (typed_conflict, weakest_token).
+            aligned = aligned_sentence("".join(text.token_texts), context) if context else None
+            conflict = typed_conflict(text, base, context=context, aligned=aligned)
             score = pmi + CONFLICT_WEIGHT * conflict["pmi"] if conflict else pmi
             margin = score - self.likelihood_threshold
             out = {"verdict": margin >= 0, "p": 1 / (1 + math.exp(-margin)), "pmi": round(pmi, 6)}
-            evidence = weakest_token(text, base, context)
+            evidence = weakest_token(text, base, context, aligned)
             if evidence is not None:
                 out["evidence"] = evidence
             if conflict:
@@ -136,10 +139,17 @@ CONFLICT_CONFIDENCE = 0.5  # the judge's probability of the other token, given t
 LIKELIHOOD_RULE = (
     f"mean PMI + {CONFLICT_WEIGHT:g} x the PMI of the worst fact conflict "
     f"(number for number, number word for number word, name for name, or a negation on one side; "
-    f"p >= {CONFLICT_CONFIDENCE:g}; none where the judge expects the text's first word); "
+    f"p >= {CONFLICT_CONFIDENCE:g}; none where the judge expects the text's first word; the word expected a whole "
+    "word of the text's sentence the statement sits in, and the written one not there as written in its place; a "
+    "capitalized function word no name); "
     "a summary of one sentence asked as a one-sentence summary, any other statement as a quote"
 )
 NEGATIONS = frozenset({"not", "n't", "never", "no", "nor", "cannot", "without"})
+FUNCTION_WORDS = frozenset(
+    "a an the this that these those it its he she they we you i his her their our my your in on at from to for of by "
+    "with as after before during since until while when where which who what if but and or so then there here all "
+    "some most many more each every both one".split()
+)
 # Numbers written in words: "two days" where the text says "six hours" is a changed number. A word is compared with a
 # word only: a tokenizer that cuts "20" into "2" and "0" shows the judge expecting "2" where a summary says "twenty".
 NUMBER_WORDS = frozenset(
@@ -161,7 +171,8 @@ def fact_kind(text: str) -> str | None:
         return "number word"
     if word.lower() in NEGATIONS or word.lower().endswith(("n't", "n’t")):
         return "negation"
-    return "name" if word[0].isupper() else None
+    # A capital opens a sentence as well as a name: "From" where the judge expects "The" swaps no fact.
+    return "name" if word[0].isupper() and word.lower() not in FUNCTION_WORDS else None
 
 
 def swaps_a_fact(written: str, expected: str) -> bool:
@@ -220,13 +231,14 @@ def word_around(tokens: list[str], at: int) -> str:
 _TEXT_WORD = re.compile(r"(?<![\w])\w(?:[\w,.'’-]*\w)?")
 
 
-def expected_word(tokens: list[str], at: int, expected: str, text: str | None) -> str:
-    """The word the judge expects at token `at`, as a whole word of the text it read. The judge picks one token: where
-    that token completes a word of its own, it is the word; else the judge is copying a word of the text (a '1' where
-    the summary has the '2' of "21", against a text saying "12 million"), and the word shown is the text's word that
-    begins so, the one whose neighbours match the statement's where several do. Where the text holds no such word,
-    the token is shown as the start of a word ('1…'): never the judge's token glued to the rest of the summary's
-    word, which would name a number no text holds."""
+def expected_word(tokens: list[str], at: int, expected: str, text: str | None) -> str | None:
+    """The word the judge expects at token `at`, as a whole word of the text it read (the sentence of the text the
+    statement sits in, where the caller gives it), or None where the text holds no such word: never a token, nor a
+    token's start ('1…'), nor the judge's token glued to the rest of the summary's word, each of which named words no
+    text holds (a '2' shown against the "1.2" a source states). The judge picks one token: where that token completes
+    a word of its own, the word is that token, if the text holds it; else the judge is copying a word of the text (a
+    '1' where the summary has the '2' of "21", against a text saying "12 million"), and the word shown is the text's
+    word that begins so, the one whose neighbours match the statement's where several do."""
     if not any(ch.isalnum() for ch in expected):  # punctuation stands for itself
         return expected.strip()
     if expected == tokens[at]:
@@ -236,8 +248,10 @@ def expected_word(tokens: list[str], at: int, expected: str, text: str | None) -
     prefix = expected.strip() if fresh else "".join(tokens[start:at]).lstrip() + expected
     whole = end == at + 1 and (fresh or not expected[-1:].isalnum())
     found = [m for m in _TEXT_WORD.finditer(text or "") if m.group().startswith(prefix)]
+    if whole:  # the token completes a word: that word, where the text holds it whole
+        found = [m for m in found if m.group() == prefix] or found
     if not found:
-        return prefix if whole else prefix + "…"
+        return None
     after = "".join(tokens[end:]).split()[:1]  # the statement's next word, to pick among the text's candidates
     before = "".join(tokens[:start]).split()[-1:]
 
@@ -246,9 +260,7 @@ def expected_word(tokens: list[str], at: int, expected: str, text: str | None) -
 
     best = max(found, key=fit)
     rivals = {m.group() for m in found if fit(m)[0] == fit(best)[0]}
-    if len(rivals) == 1:
-        return best.group()
-    return prefix if whole or prefix in rivals else prefix + "…"
+    return best.group() if len(rivals) == 1 or best.group() == prefix else None
 
 
 def opens_like_the_text(tokens: list[str], at: int, expected: str, text: str | None) -> bool:
@@ -259,13 +271,28 @@ def opens_like_the_text(tokens: list[str], at: int, expected: str, text: str | N
     return bool(opening and text and expected.strip() and text.lstrip().startswith(expected.strip()))
 
 
+def copied(sentence: str, tokens: list[str], at: int) -> bool:
+    """Whether the text's sentence holds the word of the statement's token `at` as written, in its place (beside the
+    same word before or after it: core.figures.holds_in_place)."""
+    start, end = word_span(tokens, at)
+    before = "".join(tokens[:start]).split()[-1:]
+    after = "".join(tokens[end:]).split()[:1]
+    return holds_in_place(sentence, word_around(tokens, at), before[0] if before else "", after[0] if after else "")
+
+
 def typed_conflict(
-    text: Likelihood, base: Likelihood, confident: float = CONFLICT_CONFIDENCE, context: str | None = None
+    text: Likelihood,
+    base: Likelihood,
+    confident: float = CONFLICT_CONFIDENCE,
+    context: str | None = None,
+    aligned: str | None = None,
 ) -> dict | None:
     """The statement's worst fact conflict: a token where the text makes the judge confident (p >= confident, 0.5 in
     the product) of another token of the same kind (swaps_a_fact), and which the text made less likely than it is
     without it (negative PMI); not where the judge only expects the text's opening words (opens_like_the_text).
-    context: the text the statement was checked against, which names the word the judge expects (expected_word).
+    context: the text the statement was checked against; aligned: its sentence the statement sits in (core.figures),
+    which names the word the judge expects (expected_word; the whole context where not given), and where no token is
+    a conflict without a whole word of the text's own in its place or with the statement's word there as written.
     None where there is none (or the engine read no tokens: a scripted judge)."""
     if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
         return None
@@ -282,8 +309,14 @@ def typed_conflict(
         # one too ("two" after a text saying "six hours": PMI +1.2), so a number word's conflict is read against
         # the word the judge expected instead (log p(two) - log p(six), given the text: -4.8) where that is lower.
         strength = lp - bp if fact_kind(written) != "number word" else min(lp - bp, lp - elp)
-        if strength < 0 and (worst is None or strength < worst[1]):
-            worst = (at, strength)
+        if strength >= 0 or (worst is not None and strength >= worst[1]):
+            continue
+        # Read where the statement sits in the text: a conflict needs a word of the text's own in its place, and
+        # none where the text holds the statement's word there as written (the judge expecting "2" at the "1.2"
+        # the source states is no error of the summary's).
+        if aligned and (not named_expected(tokens, at, expected, aligned, context) or copied(aligned, tokens, at)):
+            continue
+        worst = (at, strength)
     if worst is None:
         return None
     at, pmi = worst
@@ -294,16 +327,25 @@ def typed_conflict(
         "pmi": round(pmi, 3),
         "p": round(math.exp(text.token_logprobs[at]), 4),
         "expected": text.expected_texts[at],
-        "expected_word": expected_word(tokens, at, text.expected_texts[at], context),
+        "expected_word": named_expected(tokens, at, text.expected_texts[at], aligned, context),
         "p_expected": round(math.exp(text.expected_logprobs[at]), 4),
     }
 
 
-def weakest_token(text: Likelihood, base: Likelihood, context: str | None = None) -> dict | None:
+def named_expected(tokens: list[str], at: int, expected: str, aligned: str | None, context: str | None) -> str | None:
+    """The word the judge expects, as a whole word of the sentence the statement sits in, else of the whole text (an
+    age stated in the sentence after the one a summary's sentence matches best), else None."""
+    return (aligned and expected_word(tokens, at, expected, aligned)) or expected_word(tokens, at, expected, context)
+
+
+def weakest_token(
+    text: Likelihood, base: Likelihood, context: str | None = None, aligned: str | None = None
+) -> dict | None:
     """The statement's token that the text made least likely against the judge's expectation without it (the
     lowest pointwise mutual information), the whole word it is part of, and what the judge expected most there given
     the text (the token, and the word of the context it begins: expected_word): the words behind a likelihood
-    verdict. None where the engine read no tokens (a scripted judge)."""
+    verdict. context: the text; aligned: its sentence the statement sits in, whose whole words are named as expected
+    first (named_expected). None where the engine read no tokens (a scripted judge)."""
     if not text.token_logprobs or len(text.token_logprobs) != len(base.token_logprobs):
         return None
     pmis = [a - b for a, b in zip(text.token_logprobs, base.token_logprobs)]
@@ -318,7 +360,7 @@ def weakest_token(text: Likelihood, base: Likelihood, context: str | None = None
         "pmi": round(pmis[at], 3),
         "p": round(math.exp(text.token_logprobs[at]), 4),
         "expected": text.expected_texts[at],
-        "expected_word": expected_word(text.token_texts, at, text.expected_texts[at], context),
+        "expected_word": named_expected(text.token_texts, at, text.expected_texts[at], aligned, context),
         "p_expected": round(math.exp(text.expected_logprobs[at]), 4),
     }
 
@@ -333,3 +375,27 @@ class Replies:
         part = self.results[self.at : self.at + n]
         self.at += n
         return part
+
+
+def figure_checked(entry: dict, source: str) -> dict:
+    """The figure check's word on a judged claim (core.figures.figure_check), for every judge: each number, amount,
+    percentage or date of the claim that the source does not state is named in `figures`. Where the source's
+    sentence the claim sits in states another figure of that kind (the summary's "3,870" where it says "1,870"), the
+    claim is unsupported whatever the judge said, since the source states otherwise; the judge's own verdict and P
+    are kept beside it (judge_supported, judge_p_supported). A figure the source states nowhere, with none of its
+    kind in that sentence, is named only: the judge's verdict stands (a summary may sum or round)."""
+    found = figure_check(entry["claim"], source)
+    entry["figures"] = found  # every claim's, empty where the check found nothing: one shape for every row
+    conflict = entry.get("conflict")
+    for finding in found:  # a conflict on a figure the check placed: the expected word is the source's figure there
+        if conflict and finding["source_figure"] and conflict["word"] == finding["figure"]:
+            conflict["expected_word"] = finding["source_figure"]
+    if entry["supported"] and any(f["source_says"] for f in found):
+        entry.update(
+            judge_supported=True,
+            judge_p_supported=entry["p_supported"],
+            supported=False,
+            p_supported=0.0,
+            overruled_by="figures",
+        )
+    return entry

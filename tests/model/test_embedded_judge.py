@@ -7,19 +7,18 @@ one thing its likelihood verdicts must get right (a copied sentence is supported
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
-from offline_sumscore import FailedRow, ModelLoadError, SummarizationScorer, SummaryScore, summary_score, two_axis_score
+from offline_sumscore import FailedRow, SummarizationScorer, SummaryScore, summary_score, two_axis_score
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.coverage_items import key_sentences, summary_sentences
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import TransformersEngine
-from offline_sumscore.scorers.design import stage_defaults
+from offline_sumscore.scorers.design import SOFT_COVERAGE, stage_defaults
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -108,7 +107,9 @@ def test_two_axis_at_the_embedded_defaults_judges_each_sentence_by_likelihood(ju
         for item in r.claims + r.coverage_verdicts:
             p, yes = item.get("p_supported", item.get("p_answered")), item.get("supported", item.get("answered"))
             assert 0 < p < 1 and yes == (item["pmi"] >= 2.0) == (p >= 0.5)
-        again = two_axis_score(r.claims, r.questions, r.coverage_verdicts)
+        # rescored from the row alone: its settings say the embedded design's coverage is soft
+        soft = r.settings["design.coverage_rule"] == SOFT_COVERAGE
+        again = two_axis_score(r.claims, r.questions, r.coverage_verdicts, soft=soft)
         assert (r.score, r.alignment, r.coverage) == (again.score, again.alignment, again.coverage)
         assert r.reason.startswith("The score is ") and r.settings["design.verdicts"] == "likelihood"
         assert r.stages["support.0"]["tokens_out"] == 0 and r.stages["support.0.baseline"]["prompt"]

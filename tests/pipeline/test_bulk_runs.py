@@ -193,18 +193,20 @@ def test_resume_after_a_torn_write_gives_the_uninterrupted_output_and_scores_onl
     run_bulk(items, SummarizationScorer(engine=whole), tmp_path / "whole.jsonl", chunk_size=2)
     expected = (tmp_path / "whole.jsonl").read_bytes()
 
-    # A crash: chunk 1 (rows 0, 1) written whole, chunk 2 cut off after one row and half of the next.
+    # A crash: rows 0 to 2 written whole, row 3 cut off halfway through its line.
     lines = expected.splitlines(keepends=True)
     crashed = tmp_path / "crashed.jsonl"
     crashed.write_bytes(b"".join(lines[:3]) + lines[3][:40])
     assert read_finished(crashed)[2] is True  # the torn tail is seen as torn, not parsed
     again = ScriptedEngine()
-    feed(again, 3)  # chunk 2 is redone whole, in one stream with chunk 3
-    report = run_bulk(items, SummarizationScorer(engine=again), crashed, chunk_size=2, resume=True)
+    feed(again, 2)  # only the two rows not in OUTPUT are scored
+    said = []
+    report = run_bulk(items, SummarizationScorer(engine=again), crashed, resume=True, notify=said.append)
     assert report.torn_tail and report.resumed == 3
-    # chunks 2 and 3 (3 rows) in one stream, in waves on the scripted judge: claims + questions, then 3 support and
-    # 2 coverage verdicts a row
-    assert again.calls == [6, 15]
+    assert said == [f"resuming {crashed}: 3 rows kept from it, 2 to score"]
+    # rows 3 and 4 in one stream, in waves on the scripted judge: claims + questions, then 3 support and 2 coverage
+    # verdicts a row
+    assert again.calls == [4, 10]
     got = [json.loads(x) for x in crashed.read_bytes().splitlines()]
     assert without_timing(got) == without_timing([json.loads(x) for x in lines])
     assert [r["id"] for r in got] == [f"r{i}" for i in range(5)]  # every row once, in input order

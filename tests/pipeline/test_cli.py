@@ -146,3 +146,33 @@ def test_engine_auto_is_ours_on_a_cpu_and_vllm_on_a_gpu_where_it_is_installed(mo
     assert said.startswith(engine) and kind == engine.split(" ")[0]
     assert choose_engine("local", model) == ("local", "local (asked for with --engine local)")
     assert choose_engine("auto", model, "cpu")[0] == "local"  # --device cpu: no GPU to run vLLM on
+
+
+def test_every_run_ends_with_where_it_wrote_and_an_existing_folder_without_a_slash_is_refused(tmp_path, use_scripted):
+    enqueue_two_axis(use_scripted, 1)
+    src = write_jsonl(tmp_path / "in.jsonl", ROWS[:1])
+    done = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--quiet"])
+    assert done.exit_code == 0 and done.output.strip().splitlines()[-1] == f"wrote 1 rows to {tmp_path / 'o.jsonl'}"
+    (tmp_path / "out").mkdir()
+    refused = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "out"), "--quiet"])
+    assert refused.exit_code == 2 and not list((tmp_path / "out").iterdir())
+    assert refused.output.strip() == (
+        f"Error: OUTPUT {tmp_path / 'out'} is an existing folder: end it with a slash ({tmp_path / 'out'}/) to write "
+        f"shards of rows into it, or name a file ({tmp_path / 'out' / 'scores.jsonl'})"
+    )
+    enqueue_two_axis(use_scripted, 1)
+    shards = CliRunner().invoke(main, ["score", str(src), "-o", f"{tmp_path / 'out'}/", "--quiet"])
+    assert shards.exit_code == 0 and shards.output.strip().endswith(f"wrote 1 rows into the folder {tmp_path / 'out'}/")
+
+
+def test_a_run_whose_scores_are_all_alike_says_so_in_one_line_naming_the_axis(tmp_path, use_scripted):
+    enqueue_two_axis(use_scripted, 3)  # every row: alignment 2/3, coverage 1/2, so 0.5 set by coverage
+    src = write_jsonl(tmp_path / "in.jsonl", ROWS)
+    done = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--quiet"])
+    (note,) = [line for line in done.output.splitlines() if line.startswith("note: ")]
+    assert note.startswith("note: 3 of 3 scores are 0.500, set by coverage in 3 of them (coverage here is the share")
+    use_scripted.enqueue("claims", {"claims": ["A claim."]}).enqueue("questions", {"questions": ["Q?"]})
+    use_scripted.enqueue("support", "Yes\nReason: ok").enqueue("coverage", "Yes\nReason: ok")
+    enqueue_two_axis(use_scripted, 2)  # 1.0, 0.5, 0.5: two thirds alike, under the three quarters it takes
+    varied = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "v.jsonl"), "--quiet", "--no-cache"])
+    assert varied.exit_code == 0 and "note: " not in varied.output

@@ -77,8 +77,8 @@ def test_output_on_a_full_disk_ends_in_one_line_keeps_every_written_row_and_resu
     assert "Traceback" not in result.output and result.exception.__class__ is SystemExit
     (said,) = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert f"cannot write {out}: No space left on device (ENOSPC)" in said and "--resume" in said
-    kept = lines(out)  # every line whole: the failed chunk was cut back
-    assert 0 < len(kept) < PMI_ROWS and len(kept) % 4 == 0 and f"the {len(kept)} rows written before it" in said
+    kept = lines(out)  # every line whole: the row whose write failed was cut back
+    assert 0 < len(kept) < PMI_ROWS and f"the {len(kept)} rows written before it" in said
     assert not Path(f"{out}.lock").exists()
     grow(small_disk)
     enqueue(use_scripted, PMI_ROWS - len(kept))
@@ -110,7 +110,7 @@ def test_an_injected_enospc_mid_run_is_the_same_one_line_and_resume_finishes(tmp
 
     def fsync(fd):
         calls["n"] += 1
-        if calls["n"] == 3:  # the third chunk's write
+        if calls["n"] == 9:  # the ninth row's write (each row is written the moment it is final)
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(fd)
 
@@ -119,7 +119,7 @@ def test_an_injected_enospc_mid_run_is_the_same_one_line_and_resume_finishes(tmp
     enqueue(use_scripted, 12)
     result = score(src, out, "--chunk-size", "4", "--no-cache")
     assert result.exit_code == 4 and "the 8 rows written before it are intact" in result.output
-    assert [r["id"] for r in lines(out)] == [f"r{k}" for k in range(8)]  # the third chunk's bytes were cut
+    assert [r["id"] for r in lines(out)] == [f"r{k}" for k in range(8)]  # the ninth row's bytes were cut
     monkeypatch.setattr(bulk.os, "fsync", real)
     enqueue(use_scripted, 4)
     again = score(src, out, "--chunk-size", "4", "--no-cache", "--resume")
@@ -251,4 +251,5 @@ def test_a_bulk_run_holds_where_its_rows_lie_not_the_rows(tmp_path, use_scripted
     assert [r["id"] for r in run.report.rows] == [f"r{k}" for k in range(10)] == [r["id"] for r in lines(out)]
     assert run.report.rows[3] == lines(out)[3]
     table = run_table("two-axis", run.report.rows, 1.0)
-    assert "metric two-axis: 10 rows, 0 failed" in table and "lowest 5 of 10:\n  1.000  r0: The score is 1" in table
+    # coverage is the key sentence's P(covered), sigmoid(3.0 - 2.0) = 0.73 (the embedded design's soft coverage)
+    assert "metric two-axis: 10 rows, 0 failed" in table and "lowest 5 of 10:\n  0.730  r0: The score is 0.73" in table

@@ -1,5 +1,6 @@
-"""A long run holds no finished row: the stream's reorder buffer lets each chunk's rows go once they are written
-(scripted outcomes, no model). It kept them all before, and a 5,000-row soak's memory and pace grew with them."""
+"""A long run holds no finished row: each row goes to OUTPUT the moment it is final, and the stream keeps nothing of
+it (scripted outcomes, no model). A stream once kept them all, and a 5,000-row soak's memory and pace grew with
+them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import weakref
 
 from offline_sumscore.io.inputs import read_rows
-from offline_sumscore.runs.bulk import stream_chunks_here
+from offline_sumscore.runs.bulk import stream_rows_here
 
 
 class Row(dict):
@@ -33,21 +34,20 @@ class ScriptedStream:
             done(i, Outcome(i))
 
 
-def test_a_written_chunks_rows_are_not_held_by_the_stream(tmp_path):
+def test_a_written_rows_are_not_held_by_the_stream_and_each_is_emitted_the_moment_it_is_final(tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text(
         "".join(json.dumps({"id": f"r{i}", "source": f"Source {i}.", "summary": "S."}) + "\n" for i in range(12))
     )
     items = list(read_rows(src))
-    todo = [(k, items[k * 3 : k * 3 + 3]) for k in range(4)]
     written: list[list[weakref.ref]] = []
     alive_at_emit = []
 
-    def emit(k, rows):
+    def emit(items, rows):
         gc.collect()
-        alive_at_emit.append(sum(ref() is not None for refs in written for ref in refs))  # earlier chunks' rows
+        alive_at_emit.append(sum(ref() is not None for refs in written for ref in refs))  # earlier rows
         written.append([weakref.ref(r) for r in rows])
 
-    stream_chunks_here(ScriptedStream(), todo, emit)
-    assert [len(refs) for refs in written] == [3, 3, 3, 3]
-    assert alive_at_emit == [0, 0, 0, 0]
+    stream_rows_here(ScriptedStream(), items, emit)
+    assert [len(refs) for refs in written] == [1] * 12
+    assert alive_at_emit == [0] * 12

@@ -82,7 +82,8 @@ def test_a_users_column_named_like_ours_cannot_overwrite_a_score(tmp_path, use_s
     args = ["score", str(write_jsonl(tmp_path / "in.jsonl", rows)), "-o", str(out), *LIKELIHOOD]
     assert CliRunner().invoke(main, args, catch_exceptions=False).exit_code == 0
     (row,) = read_results(out)
-    assert float(row["score"]) == 1.0 and row["input"]["score"] == "my own" and row["input"]["id"] == "r1"
+    # the embedded design's coverage is the mean P(covered) of its key sentences: sigmoid(3.0 - 2.0) = 0.73
+    assert float(row["score"]) == 0.73 and row["input"]["score"] == "my own" and row["input"]["id"] == "r1"
 
 
 def test_resume_after_a_finished_csv_run_reads_its_rows_back(tmp_path, use_scripted):

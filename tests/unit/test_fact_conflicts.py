@@ -99,8 +99,9 @@ def test_the_expected_word_is_the_texts_word_never_the_judges_token_glued_to_the
     tokens = [" a", " ", "2", "1", " million", " dollar"]
     text = "The council approved a 12 million dollar budget, and 1 more vote is due in 2026."
     assert expected_word(tokens, 2, "1", text) == "12"  # "1" and "12" begin so; "12 million" fits the statement
-    assert expected_word(tokens, 2, "1", "No number here.") == "1…"  # no word of the text: the token, as a start
-    assert expected_word(tokens, 2, "1", None) == "1…"
+    # no word of the text begins so: nothing is named, never the token as a word's start ('1…') nor alone
+    assert expected_word(tokens, 2, "1", "No number here.") is None
+    assert expected_word(tokens, 2, "1", None) is None
     # a word piece the judge copies: "Mart" + "in" where the summary has "Marta"; the text has "Martina"
     assert expected_word([" Mart", "a", " won"], 1, "in", "Martina Ruiz won the title.") == "Martina"
     assert expected_word([" two", " days"], 0, " six", "after six hours") == "six"  # a whole word is itself
@@ -110,10 +111,10 @@ def test_the_expected_word_is_the_texts_word_never_the_judges_token_glued_to_the
 
 
 def test_no_conflict_where_the_judge_only_expects_the_texts_first_word():
-    # "In a 1,200-patient trial, ..." against "Pharmaceutical company Veloran said ...": at a statement's opening
-    # the judge begins to quote the text from its top ('Ph'), and "In" is a capital only because it opens a sentence.
+    # "Trials of a ... " against "Pharmaceutical company Veloran said ...": at a statement's opening the judge begins
+    # to quote the text from its top ('Ph'), which says how the text opens, not that "Trials" is a wrong name.
     source = "Pharmaceutical company Veloran said on Monday that its asthma medicine cut admissions by 31 percent."
-    tokens = ["In", " a", " trial", ",", " Veloran"]
+    tokens = ["Trials", " a", " trial", ",", " Veloran"]
     text, base = profile(
         tokens,
         [-6.5, -1.0, -0.5, -0.3, -0.2],
@@ -123,9 +124,11 @@ def test_no_conflict_where_the_judge_only_expects_the_texts_first_word():
     )
     assert opens_like_the_text(tokens, 0, "Ph", source) and not opens_like_the_text(tokens, 4, " Ver", source)
     assert typed_conflict(text, base, context=source) is None
-    assert typed_conflict(text, base)["word"] == "In"  # without the text's opening to compare, it counted
+    assert typed_conflict(text, base)["word"] == "Trials"  # without the text's opening to compare, it counted
     # the opening word still conflicts where the judge expects another word than the text's first
-    assert typed_conflict(text, base, context="Veloran, a pharmaceutical company, said ...")["word"] == "In"
+    assert typed_conflict(text, base, context="Veloran, a pharmaceutical company, said ...")["word"] == "Trials"
+    # and a capitalized function word is no name at all: "In" opening a sentence where the judge expects "The"
+    assert fact_kind("In") is None and fact_kind("From") is None and fact_kind("Veloran") == "name"
 
 
 def test_numbers_written_in_words_are_numbers():
@@ -140,3 +143,21 @@ def test_numbers_written_in_words_are_numbers():
     digits = [" after", " 2", " days"]  # digits keep the PMI rule: the text raised " 2", so no conflict
     text, base = profile(digits, [-0.3, -5.1, -0.4], [-3.0, -6.3, -1.9], [" after", " 6", " days"], [0.7, 0.74, 0.6])
     assert typed_conflict(text, base, context="after 6 hours") is None
+
+
+def test_a_word_the_source_holds_in_its_place_is_never_a_conflict_and_the_next_worst_is_read():
+    # "Prices rose 6.4 percent as Arsenal beat Chelsea" against "... up 6.4 percent ... Chelsea beat Arsenal": at the
+    # copied "6.4" the judge expects '2' (another figure three paragraphs on), at the swapped "Arsenal" it expects
+    # "Chelsea". The copied figure is no conflict, however low its PMI; the swap is.
+    sentence = "Prices were up 6.4 percent on Saturday as Chelsea beat Arsenal."
+    tokens = [" up", " ", "6", ".", "4", " percent", " as", " Arsenal", " beat", " Chelsea"]
+    text, base = profile(
+        tokens,
+        [-0.2, -0.1, -6.0, -0.1, -0.1, -0.1, -0.3, -3.0, -0.2, -0.3],
+        [-2.0, -1.0, -1.0, -1.0, -1.0, -1.0, -1.0, -2.0, -1.0, -1.0],
+        [" up", " ", "2", ".", "4", " percent", " as", " Chelsea", " beat", " Arsenal"],
+        [0.6, 0.6, 0.9, 0.6, 0.6, 0.6, 0.6, 0.8, 0.6, 0.6],
+    )
+    assert typed_conflict(text, base, context=sentence)["word"] == "6.4"  # the whole text: the copied word counted
+    found = typed_conflict(text, base, context=sentence, aligned=sentence)
+    assert found["word"] == "Arsenal" and found["expected_word"] == "Chelsea"
