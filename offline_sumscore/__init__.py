@@ -6,6 +6,7 @@ Re-exports only. Importing this package imports no torch: models load on first u
 from offline_sumscore.core.arithmetic import summary_score, two_axis_score
 from offline_sumscore.core.errors import InputError, JudgeOutputError, ModelLoadError, SumscoreError, UsageError
 from offline_sumscore.core.results import FailedRow, SummarizationResult, SummaryScoreResult
+from offline_sumscore.core.version import VERSION
 from offline_sumscore.runs.files import compare_files, score_file
 from offline_sumscore.runs.frame import score_frame
 from offline_sumscore.scorers import SummarizationScorer, SummaryScore
@@ -36,4 +37,4 @@ __all__ = [
     "ModelLoadError",
     "UsageError",
 ]
-__version__ = "0.1.0"
+__version__ = VERSION

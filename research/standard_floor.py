@@ -12,7 +12,7 @@ rung 7 three ways, twice in turns (the machine's speed swings by a tenth within 
     (the widest pass): what the small passes of the dependency chain cost beyond their arithmetic;
 (3) the rest: the time inside the passes that is not the projections (attention, norms, KV writes), and the time
     outside them (the vocabulary projection at read points, picks, masks, admission, the scorers).
-Then the ladder's last standard ratio (benchmarks/results/throughput_cpu_vs_vllm.json) against the cut 1.2x would need,
+Then the ladder's last standard ratio (benchmarks/results/throughput_cpu.json) against the cut 1.2x would need,
 and what each part could give at most. Writes results/standard_floor.md (--name).
 """
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from research.tables import publish  # noqa: E402
 
-LADDER = HERE.parent / "benchmarks" / "results" / "throughput_cpu_vs_vllm.json"
+LADDER = HERE.parent / "benchmarks" / "results" / "throughput_cpu.json"
 
 
 def unique_prefix_tokens(prompts: list[list[int]]) -> int:
@@ -213,7 +213,7 @@ def main() -> None:
             "",
             "## Against the ladder",
             "",
-            f"The last ladder run (`benchmarks/results/throughput_cpu_vs_vllm.json`): ours {ours:.2f} s, vLLM's"
+            f"The last ladder run (`benchmarks/results/throughput_cpu.json`): ours {ours:.2f} s, vLLM's"
             f" {theirs:.2f} s, {ratio:.2f}x. 1.2x needs our wall {need:.0%} shorter. Each part's share of this"
             " script's wall (median round), the most that cutting it to nothing could give:",
             "",

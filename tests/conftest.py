@@ -81,6 +81,15 @@ def use_scripted(monkeypatch, scripted):
     return scripted
 
 
+def as_in_a_terminal():
+    """A child's preexec_fn: SIGINT as a foreground process gets it. A test run started in the background by a shell
+    without job control passes SIGINT down ignored, and Python then never raises KeyboardInterrupt, so Ctrl-C could
+    not be tested."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

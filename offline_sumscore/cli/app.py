@@ -157,8 +157,25 @@ def p_text(value: float | None) -> str:
     return "-   " if value is None else f"{value:.2f}"
 
 
+def print_versions(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from offline_sumscore.core.version import VERSION
+    from offline_sumscore.engine.versions import version_text
+
+    click.echo(version_text(VERSION))
+    ctx.exit()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="offline-sumscore")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_versions,
+    help="Show this version, torch's, transformers', outlines', llguidance's and vLLM's, and the device torch sees.",
+)
 def main():
     """Score summaries against their sources with a local LLM judge. No network, no hosted API."""
 

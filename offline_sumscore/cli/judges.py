@@ -1,5 +1,5 @@
-"""`sumscore models`, `sumscore convert` and `sumscore demo`: which judges are here, the embedded one made fast to
-load, and the bundled examples scored on one."""
+"""`sumscore models`, `sumscore setup`, `sumscore convert` and `sumscore demo`: which judges are here, the machine
+made ready (the kernels built, the embedded judge made fast to load), and the bundled examples scored on one."""
 
 from __future__ import annotations
 
@@ -84,6 +84,54 @@ def convert(gguf, output_dir):
     except SumscoreError as exc:
         raise InputProblem(str(exc)) from None
     click.echo(f"{target} ready ({time.perf_counter() - started:.1f} s)")
+
+
+@main.command()
+@click.option(
+    "--judge/--no-judge",
+    default=True,
+    show_default=True,
+    help="Also convert the embedded judge (--no-judge: only the kernels, for a judge you bring).",
+)
+def setup(judge):
+    """Make this machine ready to score: build the engine's C++ kernels, all at once, while the embedded judge is
+    converted. One line a kernel; the first score then builds nothing.
+
+    Safe to run again: what is built is loaded from torch's extension cache in a second. A kernel that cannot be built
+    is said here, with what runs instead (the same verdicts, slower); set-up still ends with 0.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from offline_sumscore.engine.cpu.native_build import build_every_kernel, every_kernel, kernels_unusable
+
+    started = time.perf_counter()
+    unusable = kernels_unusable()
+    builds = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="setup") as pool:
+        if unusable:
+            click.echo(f"kernels: {unusable}")
+            kernels = None
+        else:
+            click.echo(
+                f"kernels: building {len(every_kernel())} at once (C++, AVX-512), each unless torch's cache holds it"
+            )
+            kernels = pool.submit(
+                build_every_kernel, lambda done: (builds.append(done), click.echo(f"  {done.line()}"))
+            )
+        try:
+            if judge:
+                click.echo("embedded judge: converting to safetensors (once)")
+                convert.callback(gguf=None, output_dir=None)
+        finally:
+            if kernels is not None:
+                kernels.result()
+    ready = sum(b.outcome != "failed" for b in builds)
+    failed = [b for b in builds if b.outcome == "failed"]
+    said = f"{ready} of {len(builds)} kernels ready" if builds else "no kernels"
+    click.echo(
+        f"set-up done in {time.perf_counter() - started:.1f} s: {said}"
+        + (f"; {len(failed)} FAILED (above): the judge runs without them" if failed else "")
+    )
 
 
 @main.command()

@@ -75,8 +75,11 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
     """
     from filelock import FileLock
 
+    from offline_sumscore.engine.model_header import refuse_unable
+
     if (target / _MARKER).exists():
         return target
+    refuse_unable(gguf)  # from the header, in a second: a model that cannot judge is never converted
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
         if (target / _MARKER).exists():
@@ -150,9 +153,12 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
             f"{path} does not exist; pass a Hugging Face model directory or a .gguf file "
             f"(no downloads: the judge must be on disk), or a preset name (`sumscore models`)"
         )
+    from offline_sumscore.engine.model_header import refuse_unable
+
     if path.is_file():
         if path.suffix != ".gguf":
             raise ModelLoadError(f"{path} is a file but not a .gguf; pass a model directory or a .gguf file")
+        refuse_unable(path)  # before the whole file is read and converted
         return path
     if not (path / "config.json").exists():
         raise ModelLoadError(
@@ -162,6 +168,7 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
     weights = list(path.glob("*.safetensors")) + list(path.glob("*.bin"))
     if not weights:
         raise ModelLoadError(f"{path} has no weights (*.safetensors or *.bin); download the model fully first")
+    refuse_unable(path)  # from config.json and the tokenizer's files, before any weight loads
     return path
 
 

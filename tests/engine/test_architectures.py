@@ -193,6 +193,7 @@ def test_a_model_the_engine_cannot_attend_like_is_refused_before_its_weights_loa
 
     LlamaConfig(**TINY, vocab_size=64, use_bidirectional_attention=True).save_pretrained(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"never read")  # the config alone refuses it
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")  # a chat model in every other respect
     with pytest.raises(ModelLoadError, match="attends both ways") as info:
         load_judge(tmp_path)
     assert "\n" not in str(info.value)

@@ -17,6 +17,7 @@ import pytest
 from offline_sumscore import SummarizationScorer, SummaryScore
 from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
 from offline_sumscore.engine.local import TransformersEngine
+from tests.conftest import as_in_a_terminal
 from tests.unit.test_hostile_text import HOSTILE
 
 pytestmark = pytest.mark.model
@@ -49,15 +50,9 @@ def sumscore(src, out, cache, *extra, wait=True):
     ]
     if not wait:
         return subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_as_in_a_terminal
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=as_in_a_terminal
         )
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-
-
-def _as_in_a_terminal():
-    """SIGINT as a foreground process gets it. A test run started in the background by a shell without job control
-    passes SIGINT down ignored, and Python then never raises KeyboardInterrupt, so Ctrl-C could not be tested."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def rows_of(path):

@@ -176,3 +176,20 @@ def test_a_run_whose_scores_are_all_alike_says_so_in_one_line_naming_the_axis(tm
     enqueue_two_axis(use_scripted, 2)  # 1.0, 0.5, 0.5: two thirds alike, under the three quarters it takes
     varied = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "v.jsonl"), "--quiet", "--no-cache"])
     assert varied.exit_code == 0 and "note: " not in varied.output
+
+
+def test_version_names_what_decides_the_numbers_and_the_device():
+    import torch
+    import transformers
+
+    from offline_sumscore.core.version import VERSION
+
+    result = CliRunner().invoke(main, ["--version"], catch_exceptions=False)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0] == f"sumscore {VERSION}"
+    assert f"torch {torch.__version__}" in lines and f"transformers {transformers.__version__}" in lines
+    for name in ("outlines", "llguidance", "vllm"):  # vLLM by name even where it is not installed
+        assert sum(line.startswith(f"{name} ") for line in lines) == 1, result.output
+    device = next(line for line in lines if line.startswith("device: "))
+    assert ("cuda:0" in device) == torch.cuda.is_available() and "CPU kernels: " in result.output

@@ -20,7 +20,7 @@ import pytest
 from offline_sumscore.core import schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.openai_compatible import ServedEngine
-from tests.conftest import write_jsonl
+from tests.conftest import as_in_a_terminal, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
 REPLIES = {"claims": '{"claims": ["A library will be built."]}', "questions": '{"questions": ["Is it built?"]}'}
@@ -76,7 +76,8 @@ def start_run(tmp_path, url: str) -> tuple[subprocess.Popen, Path]:
     command += ["--judge-model", "m", "--verdicts", "yes-no", "--claims", "atomic", "--coverage", "questions"]
     command += ["--max-questions", "1", "--no-reason", "--in-flight", "1", "--judge-concurrency", "1", "--no-cache"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, preexec_fn=as_in_a_terminal, **output)
     return proc, out
 
 

@@ -6,8 +6,6 @@
 // block's 16 queries at once, so the keys are read once a block, as they lie in the cache. e^x is a degree-7
 // polynomial (exp16, in exp16.h, which native_build.py puts before this file), float32 throughout. Built at first
 // use by attention_kernel.py (torch.utils.cpp_extension), for CPUs with AVX-512.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cmath>
@@ -220,13 +218,13 @@ static void run_item(const Pass& p, const int64_t* rp, const Item& it, float* qt
 // query [tokens, kv, group, dim], the pass's tokens; rows [R, 4]: (slot, first token, tokens, columns before them).
 // A row's token t (its first is 0) lies at column filled + t and attends its slot's columns up to its own (the last
 // `window` of them where window > 0). Returns [tokens, kv, group, dim].
-torch::Tensor pass_attention(torch::Tensor query, torch::Tensor key, torch::Tensor value, torch::Tensor rows,
+at::Tensor pass_attention(at::Tensor query, at::Tensor key, at::Tensor value, at::Tensor rows,
                              int64_t window, double scale) {
-  TORCH_CHECK(query.scalar_type() == torch::kFloat32 && key.scalar_type() == torch::kFloat32 &&
-              value.scalar_type() == torch::kFloat32, "float32 only");
+  TORCH_CHECK(query.scalar_type() == at::kFloat && key.scalar_type() == at::kFloat &&
+              value.scalar_type() == at::kFloat, "float32 only");
   TORCH_CHECK(query.dim() == 4 && query.is_contiguous() && key.stride(3) == 1 && value.stride(3) == 1,
               "query [tokens, kv heads, group, dim] contiguous; keys' and values' dim contiguous");
-  TORCH_CHECK(rows.scalar_type() == torch::kInt64 && rows.is_contiguous() && rows.dim() == 2 && rows.size(1) == 4,
+  TORCH_CHECK(rows.scalar_type() == at::kLong && rows.is_contiguous() && rows.dim() == 2 && rows.size(1) == 4,
               "rows: int64 [rows, 4]");
   const int64_t kv = query.size(1), group = query.size(2), dim = query.size(3);
   TORCH_CHECK(key.size(1) == kv && value.size(1) == kv && key.size(3) == dim && value.size(3) == dim,
@@ -241,7 +239,7 @@ torch::Tensor pass_attention(torch::Tensor query, torch::Tensor key, torch::Tens
                 first >= 0 && first + count <= query.size(0), "row ", r, " lies outside the tensors");
     widest = std::max(widest, filled + count);
   }
-  auto out = torch::empty_like(query);
+  auto out = at::empty_like(query);
   const Pass p{query.data_ptr<float>(), key.data_ptr<float>(), value.data_ptr<float>(), out.data_ptr<float>(),
                key.stride(0), key.stride(1), key.stride(2), value.stride(0), value.stride(1), value.stride(2),
                kv * group * dim, group, dim, window, static_cast<float>(scale)};

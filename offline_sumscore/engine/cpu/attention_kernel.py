@@ -5,8 +5,9 @@ else. Through SDPA a pass attends in several calls (the decoding rows in one ove
 row, each prompt or draft in one of its own), padded to a grid and masked; the kernel builds no grid and no mask, and
 ran one layer's attention 1.07 to 2.3x faster than those calls (research/results/attention_kernel.md).
 
-It is C++ with AVX-512 intrinsics, built with torch.utils.cpp_extension at first use (g++ and ninja, about 35 s) and
-cached by torch (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions) for later runs. It runs where it can:
+It is C++ with AVX-512 intrinsics, built with torch.utils.cpp_extension by `sumscore setup` (else at first use; g++
+and ninja) and cached by torch (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions) for later runs. It runs where
+it can:
 float32 on a CPU with AVX-512, a head dimension of 16 to 96, 128 or 256, no softcap. Elsewhere (a GPU, bfloat16, a
 CPU without AVX-512, Gemma-2's softcapped scores) a pass attends through SDPA, and the engine's description says
 which and why (`judge.engine.attention_kernel`). Where it should run and its build fails, the engine says so loudly
@@ -19,13 +20,18 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule
+from offline_sumscore.engine.cpu.native_build import NativeModule
 
 SOURCE = Path(__file__).with_name("attention_kernel.cpp")
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)
 # the module's name in torch's extension cache: offline_sumscore_pass_attention
 NATIVE = NativeModule(
-    SOURCE, "offline_sumscore_pass_attention", ["pass_attention"], "the attention kernel", 35, AVX512_FLAGS
+    SOURCE,
+    "offline_sumscore_pass_attention",
+    ["pass_attention"],
+    "the attention kernel",
+    15,
+    "Passes attend through SDPA instead: slower, the same verdicts.",
 )
 
 
@@ -55,7 +61,7 @@ def attention_kernel(
     reason = why_not(device, dtype, head_dim, softcap)
     if reason is not None:
         return None, f"sdpa ({reason})"
-    module, error = NATIVE.build_or_warn("Passes attend through SDPA instead: slower, the same verdicts.")
+    module, error = NATIVE.build_or_warn()
     if module is None:
         return None, f"sdpa (the kernel failed to build: {error})"
     return module.pass_attention, "kernel (attention_kernel.cpp, AVX-512)"

@@ -2,9 +2,7 @@
 // AVX-512: each weight is rebuilt as scale x code + minimum (exact in float32: the product of a float16 scale and a
 // code under 16 needs 15 bits) just before its multiply-adds, so a pass reads 0.56 bytes a weight instead of 4.
 // 16 outputs lie in a vector's lanes, so every input element is broadcast once to all of them and no output needs a
-// horizontal sum. Threads through torch's own OpenMP runtime. Built at first use by block_codes.py.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
+// horizontal sum. Threads through torch's own OpenMP runtime. Built by `sumscore setup` (else at first use) through block_codes.py.
 #include <immintrin.h>
 #include <cstdint>
 
@@ -38,7 +36,7 @@ static inline void group_rows(const float* x, int64_t K, const uint8_t* codes, c
 
 // x: float32 [M, K] contiguous; codes uint8 [N / 16, K / 2, 16]; scales and mins float16 [N / 16, K / 32, 16].
 // Returns float32 [M, N].
-torch::Tensor block_code_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, torch::Tensor mins) {
+at::Tensor block_code_linear(at::Tensor x, at::Tensor codes, at::Tensor scales, at::Tensor mins) {
   TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(),
               "x must be a contiguous float32 CPU [rows, inputs] tensor");
   const int64_t M = x.size(0), K = x.size(1), G = codes.size(0), N = G * 16;
@@ -49,7 +47,7 @@ torch::Tensor block_code_linear(torch::Tensor x, torch::Tensor codes, torch::Ten
     TORCH_CHECK(t.scalar_type() == at::kHalf && t.is_contiguous() && t.dim() == 3 && t.size(0) == G &&
                     t.size(1) * 32 == K && t.size(2) == 16,
                 "scales and mins must be contiguous float16 [outputs / 16, inputs / 32, 16]");
-  auto out = torch::empty({M, N}, x.options());
+  auto out = at::empty({M, N}, x.options());
   const float* X = x.data_ptr<float>();
   const uint8_t* C = codes.data_ptr<uint8_t>();
   const at::Half* S = scales.data_ptr<at::Half>();

@@ -25,14 +25,19 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule
+from offline_sumscore.engine.cpu.native_build import NativeModule
 
 BLOCK = 32  # weights a scale and a minimum cover (GGUF's Q4_1)
 LANES = 16  # outputs the kernel computes together, one a vector lane
 SMALL_ROWS = 64  # passes of at most this many rows run on the codes; oneDNN is faster from about 90
 SOURCE = Path(__file__).with_name("block_codes.cpp")
 NATIVE = NativeModule(
-    SOURCE, "offline_sumscore_block_codes", ["block_code_linear"], "the block-code linear kernel", 30, AVX512_FLAGS
+    SOURCE,
+    "offline_sumscore_block_codes",
+    ["block_code_linear"],
+    "the block-code linear kernel",
+    15,
+    "Every pass's linears run on oneDNN instead: slower, the same weights.",
 )
 
 
@@ -53,7 +58,7 @@ def kernel():
     """(the kernel's function or None, in words why not)."""
     if os.environ.get("OFFLINE_SUMSCORE_BLOCK_CODES", "on") == "off":
         return None, "off (OFFLINE_SUMSCORE_BLOCK_CODES=off)"
-    module, why = NATIVE.build_on_avx512("Every pass's linears run on oneDNN instead: slower, the same weights.")
+    module, why = NATIVE.build_on_avx512()
     if module is None:
         return None, f"not used ({why})"
     return module.block_code_linear, ""

@@ -4,8 +4,6 @@
 // position embedding (torch: two products, a concatenation, a negation and a sum per query and key). Float32, AVX-512,
 // threads through torch's own OpenMP runtime; e^x from exp16.h (native_build.py puts it before this file). Built at
 // first use by layer_ops.py (torch.utils.cpp_extension).
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cmath>
@@ -14,18 +12,18 @@
 // The lanes of a 16-wide chunk that lie before the end, `left` elements away.
 static inline __mmask16 lanes(int64_t left) { return left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1); }
 
-static void check(const torch::Tensor& t, const char* name) {
+static void check(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous(), name,
               " must be a contiguous float32 CPU tensor");
 }
 
 // weight * (x * rsqrt(mean(x^2) + eps)) over the last dimension, with the products in transformers' order.
-torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
+at::Tensor rms_norm(at::Tensor x, at::Tensor weight, double eps) {
   check(x, "x");
   check(weight, "weight");
   const int64_t H = x.size(-1), T = x.numel() / H;
   TORCH_CHECK(weight.numel() == H, "weight must hold one value per feature");
-  auto out = torch::empty_like(x);
+  auto out = at::empty_like(x);
   const float *X = x.data_ptr<float>(), *W = weight.data_ptr<float>();
   float* O = out.data_ptr<float>();
   at::parallel_for(0, T, 8, [&](int64_t begin, int64_t end) {
@@ -49,7 +47,7 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor weight, double eps) {
 
 // gate <- silu(gate) * up, in place (gate is the gate projection's fresh output). sigmoid(x) from e^-|x|, so the
 // exponential never overflows: 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below.
-torch::Tensor silu_mul_(torch::Tensor gate, torch::Tensor up) {
+at::Tensor silu_mul_(at::Tensor gate, at::Tensor up) {
   check(gate, "gate");
   check(up, "up");
   TORCH_CHECK(gate.sizes() == up.sizes(), "gate and up must have one shape");
@@ -72,9 +70,9 @@ torch::Tensor silu_mul_(torch::Tensor gate, torch::Tensor up) {
 
 // out = x * cos + rotate_half(x) * sin for x [B, T, heads, D], cos and sin [B, T, D]. Two products, then their sum,
 // each rounded as torch rounds it (built without FMA contraction): the same bits as transformers' own.
-static torch::Tensor rotate(const torch::Tensor& x, const float* C, const float* S) {
+static at::Tensor rotate(const at::Tensor& x, const float* C, const float* S) {
   const int64_t BT = x.size(0) * x.size(1), heads = x.size(2), D = x.size(3), half = D / 2;
-  auto out = torch::empty_like(x);
+  auto out = at::empty_like(x);
   const float* X = x.data_ptr<float>();
   float* O = out.data_ptr<float>();
   at::parallel_for(0, BT, 16, [&](int64_t begin, int64_t end) {
@@ -100,7 +98,7 @@ static torch::Tensor rotate(const torch::Tensor& x, const float* C, const float*
 }
 
 // Queries and keys [B, T, heads, D] (contiguous), cos and sin [B, T, D]: both rotated, into new tensors.
-std::vector<torch::Tensor> rotary(torch::Tensor q, torch::Tensor k, torch::Tensor cos, torch::Tensor sin) {
+std::vector<at::Tensor> rotary(at::Tensor q, at::Tensor k, at::Tensor cos, at::Tensor sin) {
   for (auto* t : {&q, &k, &cos, &sin}) check(*t, "rotary's inputs");
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && cos.dim() == 3 && sin.sizes() == cos.sizes(), "rotary's shapes");
   TORCH_CHECK(q.size(0) == cos.size(0) && q.size(1) == cos.size(1) && q.size(3) == cos.size(2) &&

@@ -35,7 +35,8 @@ NATIVE = NativeModule(
     "offline_sumscore_layer_ops",
     ["rms_norm", "silu_mul_", "rotary"],
     "the decoder's layer kernels",
-    30,
+    15,
+    "The judge runs torch's operators instead: slower, the same verdicts.",
     # No fused multiply-adds where the source writes a product and a sum: rotary rounds as torch does.
     [*AVX512_FLAGS, "-ffp-contract=off"],
 )
@@ -64,7 +65,7 @@ def fuse_layer_ops(model) -> str:
     }
     if not (norms or mlps or homes):
         return "torch's operators (no Llama-style norm, MLP or rotary embedding in this judge)"
-    ops, error = NATIVE.build_or_warn("The judge runs torch's operators instead: slower, the same verdicts.")
+    ops, error = NATIVE.build_or_warn()
     if ops is None:
         return f"torch's operators (the layer kernels failed to build: {error})"
     for module in norms:

@@ -1,34 +1,56 @@
-"""C++ kernels built at first use through torch.utils.cpp_extension (g++ and ninja), once per process.
+"""C++ kernels built through torch.utils.cpp_extension (g++ and ninja): all at once at set-up, else at first use.
 
-Every kernel is compiled with exp16.h (e^x on 16 lanes) put before its own source. torch caches each build under
-TORCH_EXTENSIONS_DIR (else ~/.cache/torch_extensions), so only a machine's first run pays for it; a first build is
-announced on stderr rather than left as a silent pause. A failed build is remembered for the process, with what
-the compiler said and where the cache lies, so the caller can say so loudly once and run torch's own operators
-instead.
+Every kernel is compiled with tensor_api.h (the few torch headers the kernels and their bindings need, not
+torch/extension.h) and exp16.h (e^x on 16 lanes) put before its own source. torch caches each build under
+TORCH_EXTENSIONS_DIR (else ~/.cache/torch_extensions). `sumscore setup` (which `make setup` runs) builds every
+kernel in parallel, one line each (build_every_kernel), so a first score builds nothing; a kernel not built there is
+built at first use, announced on stderr rather than left as a silent pause. A failed build is remembered for the
+process, with what the compiler said and where the cache lies, so the caller can say so loudly once and run torch's
+own operators instead. A machine without a C++ compiler is told so in one line, before any build is tried.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+import shutil
 import sys
 import threading
+import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-SHARED = [Path(__file__).with_name("exp16.h")]  # put before every kernel's own source
+HERE = Path(__file__).parent
+SHARED = [HERE / "tensor_api.h", HERE / "exp16.h"]  # put before every kernel's own source
+# The modules of engine/cpu/ that hold a kernel, each as its NATIVE; a test checks that every .cpp here is one's source
+KERNEL_MODULES = ("block_codes", "layer_ops", "pick_kernel", "attention_kernel")
 AVX512_FLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
 
 
 class NativeModule:
-    """One C++ source compiled into a module of these functions; `what` names it in messages."""
+    """One C++ source compiled into a module of these functions; `what` names it in messages, `instead` says what
+    runs where it cannot be built (and so what a failure costs)."""
 
-    def __init__(self, source: Path, name: str, functions: list[str], what: str, seconds: int, flags: list[str]):
+    def __init__(
+        self,
+        source: Path,
+        name: str,
+        functions: list[str],
+        what: str,
+        seconds: int,
+        instead: str,
+        flags: list[str] | None = None,
+    ):
         self.source, self.name, self.functions, self.what = source, name, functions, what
-        self.seconds, self.flags = seconds, flags
+        self.seconds, self.instead, self.flags = seconds, instead, AVX512_FLAGS if flags is None else flags
         self.built: dict[str, object] = {}  # "module" or "error", once per process
         self._lock = threading.Lock()
 
-    def build(self):
-        """The compiled module (built at first use, torch's cache after); raises RuntimeError naming what failed."""
+    def build(self, announce: bool = True):
+        """The compiled module (built at first use, torch's cache after); raises RuntimeError naming what failed.
+        announce: say on stderr that a first build is under way (set-up says so in its own lines)."""
         with self._lock:
             if "module" in self.built:
                 return self.built["module"]
@@ -36,16 +58,22 @@ class NativeModule:
                 raise RuntimeError(self.built["error"])
             from torch.utils.cpp_extension import load_inline
 
-            if not self.cached():
+            cached = self.cached()
+            missing = None if cached else compiler_missing()
+            if missing:
+                self.built["error"] = f"{self.what} cannot be built: {missing}"
+                raise RuntimeError(self.built["error"])
+            if announce and not cached:
                 print(f"offline_sumscore: building {self.what} (once; about {self.seconds} s)", file=sys.stderr)
             try:
                 module = load_inline(
                     name=self.name,
-                    cpp_sources=[p.read_text() for p in [*SHARED, self.source]],
+                    cpp_sources=self.sources(),
                     functions=self.functions,
                     extra_cflags=self.flags,
                     extra_ldflags=["-fopenmp"],  # torch's own libgomp, already loaded: one OpenMP runtime
                     verbose=False,
+                    no_implicit_headers=True,  # tensor_api.h holds what is needed, at a quarter of the build time
                 )
             except Exception as e:  # the compiler, ninja or a broken cache: what it said, where it lies
                 self.built["error"] = (
@@ -57,16 +85,21 @@ class NativeModule:
             self.built["module"] = module
             return module
 
-    def build_or_warn(self, instead: str, stacklevel: int = 3):
-        """(the compiled module, None), or (None, what failed) after a warning that says what failed and, in the
-        caller's words, what runs instead."""
+    def build_or_warn(self, stacklevel: int = 3):
+        """(the compiled module, None), or (None, what failed) after a warning that says what failed and what runs
+        instead. A missing compiler is said once a process, for every kernel."""
         try:
             return self.build(), None
         except RuntimeError as e:
-            warnings.warn(f"{e}. {instead}", stacklevel=stacklevel)  # at the caller's caller, as its own warning was
+            missing = compiler_missing()
+            if not missing:  # at the caller's caller, as its own warning was
+                warnings.warn(f"{e}. {self.instead}", stacklevel=stacklevel)
+            elif not _said_no_compiler.is_set():  # one warning for every kernel
+                _said_no_compiler.set()
+                warnings.warn(f"{missing}: {NO_KERNELS}", stacklevel=stacklevel)
             return None, str(e)
 
-    def build_on_avx512(self, instead: str):
+    def build_on_avx512(self):
         """(the compiled module, None) on a CPU with AVX-512 where the build succeeds; else (None, why not, in a few
         words): this CPU's capability, or what failed, after build_or_warn's warning."""
         import torch
@@ -74,14 +107,108 @@ class NativeModule:
         capability = torch.backends.cpu.get_cpu_capability()
         if "AVX512" not in capability:
             return None, f"the kernel needs AVX-512; this CPU: {capability}"
-        module, error = self.build_or_warn(instead, stacklevel=4)
+        module, error = self.build_or_warn(stacklevel=4)
         return (module, None) if module is not None else (None, f"the kernel failed to build: {error}")
 
+    def sources(self) -> list[str]:
+        """The texts compiled, in order (load_inline writes them, then its bindings, into the build's main.cpp)."""
+        return [p.read_text() for p in [*SHARED, self.source]]
+
     def cached(self) -> bool:
-        """Whether torch's extension cache holds a build (then loading it takes a fraction of a second)."""
+        """Whether torch's extension cache holds a build of these very sources (then loading it takes a fraction of
+        a second; a build of older sources is rebuilt)."""
         try:
             from torch.utils.cpp_extension import _get_build_directory
 
-            return (Path(_get_build_directory(self.name, False)) / f"{self.name}.so").exists()
-        except Exception:  # a private helper of torch's: where it is missing or moved, the message shows every time
+            folder = Path(_get_build_directory(self.name, False))
+            built, compiled = folder / f"{self.name}.so", folder / "main.cpp"
+            return (
+                built.exists()
+                and compiled.read_text().startswith("\n".join(self.sources()))
+                and built.stat().st_mtime >= compiled.stat().st_mtime
+            )
+        except Exception:  # a private helper of torch's moved, or no build yet: the message shows
             return False
+
+
+NO_KERNELS = (
+    "the judge runs on torch's operators and oneDNN instead of the CPU kernels (slower, the same verdicts); install "
+    "g++ (or set CXX) and run `sumscore setup`"
+)
+_said_no_compiler = threading.Event()
+
+
+def compiler_missing() -> str | None:
+    """Why no kernel can be built here, in a few words (no C++ compiler on PATH, or no ninja); None where one can."""
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        named = f"CXX={compiler} is not found" if "CXX" in os.environ else "`c++` is not on PATH; CXX names another"
+        return f"no C++ compiler on this machine ({named})"
+    try:
+        from torch.utils.cpp_extension import is_ninja_available
+
+        if not is_ninja_available():
+            return "no ninja on PATH (pip install ninja)"
+    except ImportError:
+        pass
+    return None
+
+
+def every_kernel() -> list[NativeModule]:
+    """The engine's C++ kernels, in KERNEL_MODULES' order."""
+    return [importlib.import_module(f"offline_sumscore.engine.cpu.{name}").NATIVE for name in KERNEL_MODULES]
+
+
+@dataclass
+class KernelBuild:
+    """What set-up did for one kernel: built (seconds), found in the cache, or failed (why, and what runs instead)."""
+
+    kernel: NativeModule
+    outcome: str  # "built", "cached" or "failed"
+    seconds: float
+    error: str | None = None
+
+    def line(self) -> str:
+        if self.outcome == "failed":
+            return f"{self.kernel.what}: FAILED: {self.error}. {self.kernel.instead}"
+        if self.outcome == "cached":
+            return f"{self.kernel.what}: built before (torch's extension cache), loaded in {self.seconds:.1f} s"
+        return f"{self.kernel.what}: built in {self.seconds:.1f} s"
+
+
+def kernels_unusable() -> str | None:
+    """Why the kernels do not apply to this machine (they are AVX-512 code), or cannot be built (no compiler, and not
+    every kernel in torch's cache already); None otherwise."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    if "AVX512" not in capability:
+        return (
+            f"this CPU has no AVX-512 ({capability}): the C++ kernels do not apply; the judge runs on torch's "
+            "operators and oneDNN (the same verdicts)"
+        )
+    missing = compiler_missing()
+    if missing and not all(kernel.cached() for kernel in every_kernel()):
+        return f"{missing}: {NO_KERNELS}"
+    return None
+
+
+def build_every_kernel(on_done=None) -> list[KernelBuild]:
+    """Build (or load from torch's cache) every kernel at once, one thread each: the compilers run as processes of
+    their own, so the builds overlap. on_done(KernelBuild) is called as each ends. Raises nothing: a failure is a
+    KernelBuild that says what failed and what runs instead."""
+    kernels = every_kernel()
+
+    def one(kernel: NativeModule) -> KernelBuild:
+        cached, started = kernel.cached(), time.perf_counter()
+        try:
+            kernel.build(announce=False)
+            done = KernelBuild(kernel, "cached" if cached else "built", time.perf_counter() - started)
+        except RuntimeError as e:
+            done = KernelBuild(kernel, "failed", time.perf_counter() - started, str(e))
+        if on_done is not None:
+            on_done(done)
+        return done
+
+    with ThreadPoolExecutor(max_workers=len(kernels), thread_name_prefix="kernel-build") as pool:
+        return list(pool.map(one, kernels))

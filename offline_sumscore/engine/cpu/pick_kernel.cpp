@@ -1,9 +1,7 @@
 // The greedy pick under a grammar's packed bitmask on a CPU, in one pass over each read point's logits: whether the
 // row holds a NaN, and the first allowed token of the largest logit. torch takes six passes over [reads, vocab] for
 // it (isnan, an unpack of the bitmask to one int32 per token, a compare, its inverse, masked_fill, argmax). Float32,
-// AVX-512, threads through torch's own OpenMP runtime. Built at first use by pick_kernel.py.
-#include <torch/extension.h>
-#include <ATen/Parallel.h>
+// AVX-512, threads through torch's own OpenMP runtime. Built by `sumscore setup` (else at first use) through pick_kernel.py.
 #include <immintrin.h>
 #include <cstdint>
 #include <limits>
@@ -11,7 +9,7 @@
 // Per read point r: logits row r (its first `vocab` values), its mask row bitmask[mask_rows[r]] (bit t of word t / 32
 // set: token t allowed). Returns int64 [reads]: the pick, -1 where the logits hold a NaN anywhere in the row (a
 // poisoned pass, never read as a verdict), and 0 where the mask allows nothing (as torch's argmax over a row of -inf).
-torch::Tensor masked_argmax(torch::Tensor logits, torch::Tensor bitmask, torch::Tensor mask_rows, int64_t vocab) {
+at::Tensor masked_argmax(at::Tensor logits, at::Tensor bitmask, at::Tensor mask_rows, int64_t vocab) {
   TORCH_CHECK(logits.device().is_cpu() && logits.scalar_type() == at::kFloat && logits.dim() == 2 &&
                   logits.stride(1) == 1,
               "logits must be float32 CPU [reads, >= vocab] with contiguous rows");
@@ -22,7 +20,7 @@ torch::Tensor masked_argmax(torch::Tensor logits, torch::Tensor bitmask, torch::
               "mask_rows must hold one int64 row index per read point");
   const int64_t reads = logits.size(0), words = bitmask.size(1);
   TORCH_CHECK(vocab <= logits.size(1) && (vocab + 31) / 32 <= words, "vocab exceeds the logits or the bitmask");
-  auto picks = torch::empty({reads}, torch::kLong);
+  auto picks = at::empty({reads}, at::kLong);
   const float* L = logits.data_ptr<float>();
   const int64_t stride = logits.stride(0);
   const uint32_t* B = reinterpret_cast<const uint32_t*>(bitmask.data_ptr<int32_t>());

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule
+from offline_sumscore.engine.cpu.native_build import NativeModule
 
 NATIVE = NativeModule(
     Path(__file__).with_name("pick_kernel.cpp"),
     "offline_sumscore_pick",
     ["masked_argmax"],
     "the pick kernel",
-    30,
-    AVX512_FLAGS,
+    15,
+    "Picks run on torch's operators instead: slower, the same picks.",
 )
 
 
@@ -35,7 +35,7 @@ def pick_kernel(device: torch.device, wanted: bool = True):
         return None, "torch (the kernel switched off)"
     if device.type != "cpu":
         return None, f"torch (on {device.type} the picks run on torch's operators)"
-    module, why = NATIVE.build_on_avx512("Picks run on torch's operators instead: slower, the same picks.")
+    module, why = NATIVE.build_on_avx512()
     if module is None:
         return None, f"torch ({why})"
     return module.masked_argmax, "kernel (pick_kernel.cpp, AVX-512)"
