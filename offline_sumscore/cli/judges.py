@@ -13,6 +13,7 @@ import click
 
 from offline_sumscore.analysis.run_notes import alike_scores, not_english
 from offline_sumscore.cli.app import (
+    EXIT_INTERRUPTED,
     EXIT_ROWS_FAILED,
     InputProblem,
     judge_options,
@@ -100,31 +101,26 @@ def setup(judge):
     Safe to run again: what is built is loaded from torch's extension cache in a second. A kernel that cannot be built
     is said here, with what runs instead (the same verdicts, slower); set-up still ends with 0.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    from offline_sumscore.engine.cpu.native_build import build_every_kernel, every_kernel, kernels_unusable
+    from offline_sumscore.engine.cpu.native_build import every_kernel, kernels_unusable, start_every_kernel_build
 
     started = time.perf_counter()
     unusable = kernels_unusable()
-    builds = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="setup") as pool:
+    try:
         if unusable:
             click.echo(f"kernels: {unusable}")
-            kernels = None
+            wait = list
         else:
             click.echo(
                 f"kernels: building {len(every_kernel())} at once (C++, AVX-512), each unless torch's cache holds it"
             )
-            kernels = pool.submit(
-                build_every_kernel, lambda done: (builds.append(done), click.echo(f"  {done.line()}"))
-            )
-        try:
-            if judge:
-                click.echo("embedded judge: converting to safetensors (once)")
-                convert.callback(gguf=None, output_dir=None)
-        finally:
-            if kernels is not None:
-                kernels.result()
+            wait = start_every_kernel_build(lambda done: click.echo(f"  {done.line()}"))
+        if judge:
+            click.echo("embedded judge: converting to safetensors (once)")
+            convert.callback(gguf=None, output_dir=None)
+        builds = wait()
+    except KeyboardInterrupt:
+        click.echo("interrupted: set-up not finished; run `sumscore setup` again", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     ready = sum(b.outcome != "failed" for b in builds)
     failed = [b for b in builds if b.outcome == "failed"]
     said = f"{ready} of {len(builds)} kernels ready" if builds else "no kernels"

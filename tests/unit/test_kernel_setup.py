@@ -3,10 +3,13 @@ and a machine without a compiler is told once and runs on torch's operators."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -15,6 +18,7 @@ import torch
 
 from offline_sumscore.engine.cpu import native_build
 from offline_sumscore.engine.cpu.native_build import build_every_kernel, every_kernel
+from tests.conftest import as_in_a_terminal
 
 CPU_FOLDER = Path(native_build.__file__).parent
 AVX512 = "AVX512" in torch.backends.cpu.get_cpu_capability()
@@ -86,3 +90,41 @@ def test_setup_after_the_set_up_loads_every_kernel_from_the_cache_with_a_line_ea
         assert sum(line.strip().startswith(f"{kernel.what}: built") for line in lines) == 1, proc.stdout
     assert "4 of 4 kernels ready" in lines[-1] and "FAILED" not in proc.stdout
     assert "offline_sumscore: building" not in proc.stderr  # the lines above say it, not the first-use message
+
+
+@pytest.mark.skipif(not AVX512, reason="the kernels are AVX-512 code; this CPU has none, so set-up builds nothing")
+def test_ctrl_c_during_the_builds_ends_set_up_within_seconds(tmp_path):
+    """Ctrl-C as a terminal sends it: to the whole foreground group, the compilers included."""
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path))  # an empty cache: the builds take a while
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "offline_sumscore", "setup", "--no-judge"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=as_in_a_terminal,
+    )
+    try:
+        assert proc.stdout.readline().startswith("kernels: building 4 at once")
+        time.sleep(1)  # the compilers are running
+        sent = time.time()
+        os.killpg(proc.pid, signal.SIGINT)
+        said, _ = proc.communicate(timeout=20)
+        took = time.time() - sent
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and took < 5, (proc.returncode, took, said)
+    assert "interrupted: set-up not finished; run `sumscore setup` again" in said and "Traceback" not in said
+
+
+def test_each_torch_installation_builds_in_folders_of_its_own(monkeypatch, tmp_path):
+    """.venv and .venv-vllm compile against different include paths: one shared folder would be rebuilt by each in
+    turn, silently, at its next first use."""
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    kernel = every_kernel()[0]
+    here = kernel.folder()
+    monkeypatch.setattr(torch, "__file__", str(tmp_path / "other-env" / "torch" / "__init__.py"))
+    assert kernel.folder() != here and kernel.folder().parent == here.parent == tmp_path
+    assert kernel.folder().name.startswith(kernel.name + "-") and not kernel.cached()

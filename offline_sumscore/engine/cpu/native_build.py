@@ -11,14 +11,16 @@ own operators instead. A machine without a C++ compiler is told so in one line, 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+import queue
 import shutil
 import sys
 import threading
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +68,8 @@ class NativeModule:
             if announce and not cached:
                 print(f"offline_sumscore: building {self.what} (once; about {self.seconds} s)", file=sys.stderr)
             try:
+                folder = self.folder()
+                folder.mkdir(parents=True, exist_ok=True)
                 module = load_inline(
                     name=self.name,
                     cpp_sources=self.sources(),
@@ -73,13 +77,14 @@ class NativeModule:
                     extra_cflags=self.flags,
                     extra_ldflags=["-fopenmp"],  # torch's own libgomp, already loaded: one OpenMP runtime
                     verbose=False,
+                    build_directory=str(folder),
                     no_implicit_headers=True,  # tensor_api.h holds what is needed, at a quarter of the build time
                 )
             except Exception as e:  # the compiler, ninja or a broken cache: what it said, where it lies
                 self.built["error"] = (
                     f"{self.what} ({self.source.name}) could not be built or loaded: "
                     f"{type(e).__name__}: {str(e).strip()[-600:]} (torch builds it under TORCH_EXTENSIONS_DIR, else "
-                    "~/.cache/torch_extensions; removing that folder forces a fresh build)"
+                    f"~/.cache/torch_extensions: {self.folder()}; removing that folder forces a fresh build)"
                 )
                 raise RuntimeError(self.built["error"]) from e
             self.built["module"] = module
@@ -114,20 +119,37 @@ class NativeModule:
         """The texts compiled, in order (load_inline writes them, then its bindings, into the build's main.cpp)."""
         return [p.read_text() for p in [*SHARED, self.source]]
 
-    def cached(self) -> bool:
-        """Whether torch's extension cache holds a build of these very sources (then loading it takes a fraction of
-        a second; a build of older sources is rebuilt)."""
-        try:
-            from torch.utils.cpp_extension import _get_build_directory
+    def folder(self) -> Path:
+        """Where this kernel's build lies: under torch's extension root (TORCH_EXTENSIONS_DIR, else
+        ~/.cache/torch_extensions), one folder per kernel and per torch installation. Two environments on one machine
+        (.venv and .venv-vllm) compile against different include paths; sharing a folder, each would rebuild over the
+        other's build at its next first use, silently, for half a minute."""
+        import torch
+        from torch.utils.cpp_extension import get_default_build_root
 
-            folder = Path(_get_build_directory(self.name, False))
-            built, compiled = folder / f"{self.name}.so", folder / "main.cpp"
+        root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+        installation = f"{Path(torch.__file__).resolve()}|{torch.__version__}|{sys.version}|{self.flags}"
+        return Path(root) / f"{self.name}-{hashlib.sha256(installation.encode()).hexdigest()[:12]}"
+
+    def built_at(self) -> float | None:
+        """When the module in the build folder was last written (None: never)."""
+        try:
+            return (self.folder() / f"{self.name}.so").stat().st_mtime
+        except OSError:
+            return None
+
+    def cached(self) -> bool:
+        """Whether the build folder holds a build of these very sources (then loading it takes a fraction of a
+        second; a build of older sources is rebuilt)."""
+        try:
+            compiled = self.folder() / "main.cpp"
+            built = self.built_at()
             return (
-                built.exists()
+                built is not None
                 and compiled.read_text().startswith("\n".join(self.sources()))
-                and built.stat().st_mtime >= compiled.stat().st_mtime
+                and built >= compiled.stat().st_mtime
             )
-        except Exception:  # a private helper of torch's moved, or no build yet: the message shows
+        except OSError:
             return False
 
 
@@ -193,22 +215,45 @@ def kernels_unusable() -> str | None:
     return None
 
 
-def build_every_kernel(on_done=None) -> list[KernelBuild]:
-    """Build (or load from torch's cache) every kernel at once, one thread each: the compilers run as processes of
-    their own, so the builds overlap. on_done(KernelBuild) is called as each ends. Raises nothing: a failure is a
-    KernelBuild that says what failed and what runs instead."""
+def start_every_kernel_build(on_done=None) -> Callable[[], list[KernelBuild]]:
+    """Start building (or loading from torch's cache) every kernel at once, one daemon thread each: the compilers run
+    as processes of their own, so the builds overlap, and a daemon thread never holds the process at its exit, so
+    Ctrl-C ends a set-up at once. on_done(KernelBuild) is called as each ends. Returns the wait for them all, in
+    KERNEL_MODULES' order, interruptible. Raises nothing: a failure is a KernelBuild that says what failed and what
+    runs instead."""
     kernels = every_kernel()
+    ended: queue.SimpleQueue = queue.SimpleQueue()
 
-    def one(kernel: NativeModule) -> KernelBuild:
-        cached, started = kernel.cached(), time.perf_counter()
+    def one(i: int, kernel: NativeModule) -> None:
+        before, started = kernel.built_at(), time.perf_counter()
         try:
             kernel.build(announce=False)
-            done = KernelBuild(kernel, "cached" if cached else "built", time.perf_counter() - started)
+            rebuilt = kernel.built_at() != before  # what ninja did, not what the cache looked like before
+            done = KernelBuild(kernel, "built" if rebuilt else "cached", time.perf_counter() - started)
         except RuntimeError as e:
             done = KernelBuild(kernel, "failed", time.perf_counter() - started, str(e))
         if on_done is not None:
             on_done(done)
-        return done
+        ended.put((i, done))
 
-    with ThreadPoolExecutor(max_workers=len(kernels), thread_name_prefix="kernel-build") as pool:
-        return list(pool.map(one, kernels))
+    for i, kernel in enumerate(kernels):
+        threading.Thread(target=one, args=(i, kernel), daemon=True, name=f"kernel-build-{kernel.name}").start()
+
+    def wait() -> list[KernelBuild]:
+        builds: list[KernelBuild | None] = [None] * len(kernels)
+        for _ in kernels:
+            while True:  # in slices, so that Ctrl-C reaches the waiting thread at once
+                try:
+                    i, done = ended.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    continue
+            builds[i] = done
+        return builds
+
+    return wait
+
+
+def build_every_kernel(on_done=None) -> list[KernelBuild]:
+    """Every kernel built (or loaded from torch's cache) at once; see start_every_kernel_build."""
+    return start_every_kernel_build(on_done)()
