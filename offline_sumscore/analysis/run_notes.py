@@ -97,3 +97,8 @@ def not_english(rows: Iterable[dict]) -> str | None:
         f"{len(found)} row(s) hold text that does not look like English (the first: {first}): the embedded judge was "
         "made for English, and its verdicts on another language mean less still; bring a multilingual judge (--model)"
     )
+
+
+def run_notes(rows: Iterable[dict]) -> list[str]:
+    """Every line above that applies to this run (rows is read once per note: a long run's rows come from its file)."""
+    return [note for note in (alike_scores(rows), not_english(rows)) if note]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from offline_sumscore.analysis.run_notes import alike_scores, not_english
+from offline_sumscore.analysis.run_notes import run_notes
 from offline_sumscore.cli.app import (
     EXIT_INTERRUPTED,
     EXIT_ROWS_FAILED,
@@ -106,9 +106,9 @@ def setup(judge):
     started = time.perf_counter()
     unusable = kernels_unusable()
     try:
+        wait = None
         if unusable:
             click.echo(f"kernels: {unusable}")
-            wait = list
         else:
             click.echo(
                 f"kernels: building {len(every_kernel())} at once (C++, AVX-512), each unless torch's cache holds it"
@@ -117,7 +117,7 @@ def setup(judge):
         if judge:
             click.echo("embedded judge: converting to safetensors (once)")
             convert.callback(gguf=None, output_dir=None)
-        builds = wait()
+        builds = wait() if wait is not None else []
     except KeyboardInterrupt:
         click.echo("interrupted: set-up not finished; run `sumscore setup` again", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -158,9 +158,8 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
             began = time.perf_counter()
             rows = [r.to_dict() for r in scorer.score_many(samples, on_error="return")]
             click.echo(run_table(name, rows, time.perf_counter() - began, details=False))
-            for said in (alike_scores(rows), not_english(rows)):
-                if said:
-                    click.echo(f"note: {said}")
+            for said in run_notes(rows):
+                click.echo(f"note: {said}")
             note = note or embedded_judge_note(rows)
             if out:
                 out.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))

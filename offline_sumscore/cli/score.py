@@ -286,14 +286,13 @@ def _warn_about_verdicts(rows, calibrated: dict | None) -> None:
     another judge, or under another likelihood rule (an older version's), than the rows were scored with. The rows
     are read twice, one at a time: a long run's rows come from its file, never all at once."""
     from offline_sumscore.analysis.calibration import is_likelihood_row, one_sided_run
-    from offline_sumscore.analysis.run_notes import alike_scores, not_english
+    from offline_sumscore.analysis.run_notes import run_notes
 
     said = one_sided_run(rows)
     if said:
         click.echo(f"warning: {said}", err=True)
-    for note in (alike_scores(rows), not_english(rows)):
-        if note:
-            click.echo(f"note: {note}", err=True)
+    for note in run_notes(rows):
+        click.echo(f"note: {note}", err=True)
     identities, rules = set(), set()
     for r in rows:
         if is_likelihood_row(r):

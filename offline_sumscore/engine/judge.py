@@ -169,6 +169,7 @@ def resolve_model_path(model: str | os.PathLike | None) -> Path:
     if not weights:
         raise ModelLoadError(f"{path} has no weights (*.safetensors or *.bin); download the model fully first")
     refuse_unable(path)  # from config.json and the tokenizer's files, before any weight loads
+    refuse_unsupported(path)
     return path
 
 
@@ -383,9 +384,7 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     from offline_sumscore.engine.local.device_memory import DEVICE_MEMORY_ENV, emulated_memory_mib
 
     started = time.perf_counter()
-    path = resolve_model_path(model)
-    if path.is_dir():
-        refuse_unsupported(path)
+    path = resolve_model_path(model)  # a model that cannot judge is refused there, before its weights load
     dev, dev_reason = _pick_device(device)
     torch_dtype, dtype_reason = _pick_dtype(dtype, dev)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -452,7 +451,6 @@ def judge_without_weights(model: str | os.PathLike | None = None) -> Judge:
             f"{path}: vLLM here loads model directories; run `sumscore convert` for the embedded judge, or pass the "
             "model's directory"
         )
-    refuse_unsupported(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         config = AutoConfig.from_pretrained(str(path), local_files_only=True)

@@ -19,9 +19,9 @@ from offline_sumscore.core.errors import ModelLoadError
 # The stages' instructions and a verdict's room take several hundred tokens before any source text.
 MIN_CONTEXT = 1024
 
-# GGUF's value types (the format's specification): the size of each fixed-width one, in bytes
-_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+# GGUF's value types (the format's specification): each fixed-width one as struct reads it, and its size
 _UNPACK = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_FIXED = {kind: struct.calcsize(form) for kind, form in _UNPACK.items()}
 _STRING, _ARRAY = 8, 9
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.cpu.native_build import NativeModule
+from offline_sumscore.engine.cpu.native_build import NativeModule, without_avx512
 
 SOURCE = Path(__file__).with_name("attention_kernel.cpp")
 HEAD_DIMS = (16, 32, 48, 64, 80, 96, 128, 256)
@@ -45,8 +45,8 @@ def why_not(device: torch.device, dtype: torch.dtype, head_dim: int, softcap: fl
         return f"the kernel is float32 only (the judge runs {str(dtype).removeprefix('torch.')})"
     if head_dim not in HEAD_DIMS:
         return f"no kernel for head dimension {head_dim}"
-    capability = torch.backends.cpu.get_cpu_capability()
-    if "AVX512" not in capability:
+    capability = without_avx512()
+    if capability:
         return f"the kernel needs AVX-512 (this CPU: {capability})"
     return None
 

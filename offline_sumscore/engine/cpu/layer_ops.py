@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule
+from offline_sumscore.engine.cpu.native_build import AVX512_FLAGS, NativeModule, without_avx512
 
 NATIVE = NativeModule(
     Path(__file__).with_name("layer_ops.cpp"),
@@ -48,8 +48,8 @@ def fuse_layer_ops(model) -> str:
     for judge.decisions (and why not, where nothing was)."""
     if os.environ.get("OFFLINE_SUMSCORE_LAYER_OPS", "native") == "torch":
         return "torch's operators (OFFLINE_SUMSCORE_LAYER_OPS=torch)"
-    capability = torch.backends.cpu.get_cpu_capability()
-    if "AVX512" not in capability:
+    capability = without_avx512()
+    if capability:
         return f"torch's operators (the layer kernels need AVX-512; this CPU: {capability})"
     from transformers.models.llama import modeling_llama as llama
 

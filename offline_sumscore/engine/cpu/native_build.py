@@ -107,10 +107,8 @@ class NativeModule:
     def build_on_avx512(self):
         """(the compiled module, None) on a CPU with AVX-512 where the build succeeds; else (None, why not, in a few
         words): this CPU's capability, or what failed, after build_or_warn's warning."""
-        import torch
-
-        capability = torch.backends.cpu.get_cpu_capability()
-        if "AVX512" not in capability:
+        capability = without_avx512()
+        if capability:
             return None, f"the kernel needs AVX-512; this CPU: {capability}"
         module, error = self.build_or_warn(stacklevel=4)
         return (module, None) if module is not None else (None, f"the kernel failed to build: {error}")
@@ -151,6 +149,15 @@ class NativeModule:
             )
         except OSError:
             return False
+
+
+def without_avx512() -> str | None:
+    """This CPU's vector capability as torch names it (AVX2, DEFAULT...) where it lacks AVX-512, which every kernel
+    here is written in; None where it has it."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    return None if "AVX512" in capability else capability
 
 
 NO_KERNELS = (
@@ -201,10 +208,8 @@ class KernelBuild:
 def kernels_unusable() -> str | None:
     """Why the kernels do not apply to this machine (they are AVX-512 code), or cannot be built (no compiler, and not
     every kernel in torch's cache already); None otherwise."""
-    import torch
-
-    capability = torch.backends.cpu.get_cpu_capability()
-    if "AVX512" not in capability:
+    capability = without_avx512()
+    if capability:
         return (
             f"this CPU has no AVX-512 ({capability}): the C++ kernels do not apply; the judge runs on torch's "
             "operators and oneDNN (the same verdicts)"

@@ -46,7 +46,12 @@ from offline_sumscore.engine.local.attention import CPU_CALLS, CallRule, RaggedP
 from offline_sumscore.engine.local.kv_budget import KVBudget, KVBudgetExceeded
 
 _ROW_STEP = 8  # slots are allocated in multiples of this
-_COL_STEP = 64  # columns likewise
+COLUMN_STEP = 64  # columns likewise; what the scheduler and a likelihood pack plan with too (padded_columns)
+
+
+def padded_columns(columns: int) -> int:
+    """The columns a slot set allocates for `columns` (at least one step of them)."""
+    return -(-max(columns, 1) // COLUMN_STEP) * COLUMN_STEP
 
 
 @dataclass(frozen=True)
@@ -195,7 +200,7 @@ class KVSlots(Cache):
             rows = max(rows, self.row_limit)  # untouched slots cost nothing there (module docstring)
         step = 1 if self.exact else _ROW_STEP  # a bounded device pays for every slot it allocates
         rows = -(-max(rows, 1) // step) * step
-        cols = -(-max(columns, 1) // _COL_STEP) * _COL_STEP
+        cols = padded_columns(columns)
         if self.budget is not None:
             self.budget.claim(
                 self, rows * cols, self._capacity[0] * self._capacity[1], f"{rows} slots x {cols} columns"
@@ -259,7 +264,7 @@ class KVSlots(Cache):
         """On a bounded device, a set more than twice what its rows and this pass need is laid out again, smaller,
         so that the budget it held serves other shapes. Never needed for correctness: a refusal is ignored."""
         have_rows, have_cols = self.capacity
-        rows, cols = max(self.rows, 1), max(columns, self.width, _COL_STEP)
+        rows, cols = max(self.rows, 1), max(columns, self.width, COLUMN_STEP)
         if have_rows <= 2 * rows and have_cols <= 2 * cols:
             return
         try:

@@ -23,11 +23,11 @@ import torch
 from offline_sumscore.core.errors import Failure
 from offline_sumscore.engine.local.features import EngineFeatures, EngineStats
 from offline_sumscore.engine.local.forward import Passes
-from offline_sumscore.engine.local.kv_slots import KVSlots
+from offline_sumscore.engine.local.kv_slots import KVSlots, padded_columns
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone, halves
 from offline_sumscore.engine.local.prefix_store import STORE_BLOCK, PrefixStore
 from offline_sumscore.engine.local.rows import Row
-from offline_sumscore.engine.local.scheduler import COLUMN_STEP, common_prefix, split_by_prefix
+from offline_sumscore.engine.local.scheduler import common_prefix, split_by_prefix
 from offline_sumscore.engine.local.transfer import to_device
 
 READ_AT_ONCE = 256  # continuation tokens projected onto the vocabulary together
@@ -119,7 +119,7 @@ class LikelihoodPath:
         rests = sum(len(r.prompt_ids) - len(g.prefix) for g in pack for r in g.rows)
         budget, width = self.token_budget, max(len(r.prompt_ids) for r in rows)
         if self.bounded:
-            budget, width = min(budget, self.passes.budget.room()), -(-width // COLUMN_STEP) * COLUMN_STEP
+            budget, width = min(budget, self.passes.budget.room()), padded_columns(width)
         return len(rows) <= self.max_rows and len(rows) * width <= budget and max(prefixes, rests) <= self.pass_tokens
 
     def opening(self, pack: list[PrefixGroup]) -> list[int]:

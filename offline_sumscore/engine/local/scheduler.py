@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from offline_sumscore.engine.local.kv_slots import padded_columns
 from offline_sumscore.engine.local.memory import halves
 from offline_sumscore.engine.local.prefix_store import MIN_SHARED_PREFIX, common_length
 from offline_sumscore.engine.local.rows import Row
 
 OUTPUT_ALLOWANCE = 256  # output tokens a row is planned for, within its cap (most verdicts stop far sooner)
-COLUMN_STEP = 64  # a slot set's columns come in multiples of this (kv_slots.py)
 
 
 @dataclass
@@ -31,7 +31,9 @@ class Unit:
 
     @property
     def cost(self) -> int:  # tokens this unit will hold in the cache, padding aside
-        return len(self.prefix) + sum(len(r.prompt_ids) - len(self.prefix) + min(r.cap, 256) for r in self.rows)
+        return len(self.prefix) + sum(
+            len(r.prompt_ids) - len(self.prefix) + min(r.cap, OUTPUT_ALLOWANCE) for r in self.rows
+        )
 
     @property
     def width(self) -> int:
@@ -150,7 +152,7 @@ class Scheduler:
             unit = self.waiting[0]
             if self.slot_bound:
                 slots, columns = max(len(batch.rows), taken + len(unit.rows)), max(width, unit.width)
-                over = slots * -(-columns // COLUMN_STEP) * COLUMN_STEP > self.token_budget
+                over = slots * padded_columns(columns) > self.token_budget
             else:
                 over = used + unit.cost > self.token_budget
             if (over or rows + len(unit.rows) > self.max_rows) and (rows or chosen):
