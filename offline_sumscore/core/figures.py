@@ -81,6 +81,11 @@ def figures(text: str) -> list[Figure]:
     return sorted(found, key=lambda f: f.start)
 
 
+def same_figure(a: Figure, b: Figure) -> bool:
+    """Two figures of one value and kind ("1.2bn" and "1,200,000,000"; "two" and "2")."""
+    return _same(a, b)
+
+
 def _same(a: Figure, b: Figure) -> bool:
     if isinstance(a.value, str) or isinstance(b.value, str):
         return a.value == b.value
@@ -180,7 +185,24 @@ def figure_place(figure: Figure, statement: str, source: str) -> tuple[str, Figu
         return (unit_fits, int(scale), -abs(s.value - figure.value) / max(abs(figure.value), 1))
 
     rivals = [s for s in figures(sentence) if _kind_of(s) == _kind_of(figure)]
+    if not rivals:
+        # The sentence after names what this one said of its subject ("Marta Ruiz won ... . She is 17 years old"):
+        # a figure of the kind there, of the same scale, is the one the statement's figure stands for. Only the next
+        # sentence, and only a figure the source states nowhere reaches here, so a copied figure is never accused.
+        at = pieces.index(sentence)
+        follow = pieces[at + 1] if at + 1 < len(pieces) else ""
+        near_rivals = [s for s in figures(follow) if _kind_of(s) == _kind_of(figure) and _scale_fits(s, figure)]
+        if near_rivals:
+            sentence = follow  # fit() reads the words after each rival in this sentence
+            return sentence, max(near_rivals, key=fit)
     return sentence, (max(rivals, key=fit) if rivals else None)
+
+
+def _scale_fits(a: Figure, b: Figure) -> bool:
+    """Two figures of one order of scale (under a thousand, thousands, millions and up), or two date words."""
+    if isinstance(a.value, str) or isinstance(b.value, str):
+        return isinstance(a.value, str) and isinstance(b.value, str)
+    return (abs(a.value) >= 1e3) == (abs(b.value) >= 1e3) and (abs(a.value) >= 1e6) == (abs(b.value) >= 1e6)
 
 
 def figure_note(entry: dict) -> str:

@@ -28,6 +28,9 @@ class SummarizationResult:
     coverage_from: str  # "questions" (drawn by the judge), "user_questions", "key_facts" or "key_sentences"
     coverage_verdicts: list[dict]  # {"answered", "p_answered", "reason"?, "pmi"?, "source_answered"?}, by position
     dropped_questions: list[dict] = field(default_factory=list)  # {"question", "why"}: drawn, but not counted
+    # Figures of the summary that no claim states and the source states nowhere, named only (figure_check's entries
+    # with the summary sentence); one the source states otherwise is a claim instead (two_axis_stages)
+    unclaimed_figures: list[dict] = field(default_factory=list)
     soft_alignment: float | None = None  # mean P(supported) over claims, read from the judge's distribution
     soft_coverage: float | None = None  # mean P(answered) over the counted coverage items
     source_pieces: int = 1  # >1: the source was too long for the judge's context and was judged in this many pieces

@@ -110,11 +110,29 @@ def _text_list(name: str, field: str, text_chars: int, least: int, most: int) ->
     return create_model(name, __config__=_STRICT, **{field: items})
 
 
+# A closed question, by construction: it opens with an auxiliary verb and ends with its only question mark. Asked
+# for "closed questions" in words alone, Qwen2.5-Coder-1.5B-Instruct wrote 5 open questions of 6 on the demo's
+# faithful row ("What is the name of the library?"), which a summary can never answer "yes", so a faithful summary
+# scored 0.33. The grammar makes an open question impossible to write, for every judge.
+# Negated openings ("Didn't ...?") are left out: "yes" to them is ambiguous, and coverage counts the yes-answers.
+AUXILIARIES = "Is Are Was Were Do Does Did Has Have Had Will Would Can Could Should Shall May Might Must".split()
+CLOSED_QUESTION = r"^(" + "|".join(AUXILIARIES) + r") [^?\n]+\?$"
+
+
+def is_closed_question(text: str) -> bool:
+    """Whether a question is closed as the questions grammar writes them (an auxiliary verb first, one '?' last)."""
+    import re
+
+    return re.fullmatch(CLOSED_QUESTION[1:-1], text) is not None
+
+
 @cache
 def questions_list(max_questions: int, text_chars: int, min_questions: int = 1) -> type[BaseModel]:
-    """Stages "questions" and "ragas_questions": closed questions the source answers yes. min_questions ==
-    max_questions asks for exactly that many (DeepEval's n)."""
-    return _text_list("QuestionList", "questions", text_chars, min_questions, max_questions)
+    """Stages "questions" and "ragas_questions": closed questions the source answers yes, each closed by the grammar
+    (CLOSED_QUESTION). min_questions == max_questions asks for exactly that many (DeepEval's n)."""
+    item = Annotated[str, Field(min_length=1, max_length=text_chars, pattern=CLOSED_QUESTION)]
+    items = (list[item], Field(min_length=min_questions, max_length=max_questions))
+    return create_model("QuestionList", __config__=_STRICT, questions=items)
 
 
 @cache

@@ -24,7 +24,9 @@ def choose_engine(kind: str, model=None, device: str | None = None) -> tuple[str
 
     if (device or "auto") == "cpu" or not torch.cuda.is_available():
         return LOCAL, "local (auto: no CUDA device; on a CPU ours is the engine measured, ahead of vLLM's CPU build)"
-    if str(model or "").endswith(".gguf"):
+    from offline_sumscore.engine.judge import judge_reference
+
+    if judge_reference(model).endswith(".gguf"):
         return LOCAL, "local (auto: a CUDA device, but vLLM here loads model directories, not a .gguf file)"
     if importlib.util.find_spec("vllm") is None:
         return LOCAL, (
@@ -46,8 +48,8 @@ def local_engine(
     token_budget: int | None = None,
     device_share: float = 1.0,
 ) -> Engine:
-    """TransformersEngine on model: a loaded Judge, a path to a model directory or .gguf file, or None for the
-    embedded judge (loaded now)."""
+    """TransformersEngine on model: a loaded Judge, a path to a model directory or .gguf file, a preset name, or
+    None for the default judge (loaded now)."""
     from offline_sumscore.engine.judge import Judge, load_judge
     from offline_sumscore.engine.local import TransformersEngine
 
@@ -68,7 +70,7 @@ def served_engine(
 
 
 def vllm_engine(model: Any = None, *, dtype: str = "auto", enforce_eager: bool | None = None) -> Engine:
-    """VLLMEngine on model (a model directory or preset; None: the embedded judge): vLLM loads the weights itself.
+    """VLLMEngine on model (a model directory or preset; None: the default judge): vLLM loads the weights itself.
     On a CPU it runs eagerly unless told otherwise: vLLM's compile of a model takes minutes on a few cores, once per
     model (cached), and a judge is usually loaded for one run."""
     from offline_sumscore.engine.vllm_engine import VLLMEngine  # it says how to install vLLM where it is absent

