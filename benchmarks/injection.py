@@ -39,7 +39,7 @@ INJECTIONS = {
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True, help="SummEval's agreement file (summeval_dev.jsonl)")
-    ap.add_argument("--model", default=None)
+    ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--items", type=int, default=8)
     ap.add_argument("--source-chars", type=int, default=1200)
     ap.add_argument("--claims", default="auto")

@@ -42,7 +42,7 @@ SETTINGS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None)
+    ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--out", default="benchmarks/results/one_sample_cpu.json")
     args = ap.parse_args()
     started = time.perf_counter()

@@ -251,7 +251,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="as throughput.py --data (without it: the demo rows)")
     args = ap.parse_args()
     cfg = CONFIGS["cpu"]
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
     caps = ladder_caps(cfg)
 

@@ -39,7 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--judges", default="1,2")
     ap.add_argument("--rows", type=int, default=12)
-    ap.add_argument("--model", default=None)
+    ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--gpus-per-judge", type=float, default=0)
     args = ap.parse_args()
     work = RESULTS / "runs" / "ray_scaling"

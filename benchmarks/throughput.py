@@ -336,7 +336,7 @@ def load(
     from offline_sumscore.engine.judge import Judge, load_judge, models_root
 
     if config == "cpu":
-        return load_judge(model, dtype=dtype or "auto")
+        return load_judge(model or "smollm2-135m", dtype=dtype or "auto")
     # GPU: Llama-3.1-8B's geometry with random weights. Throughput does not depend on weight values.
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -430,7 +430,7 @@ def parse_args() -> argparse.Namespace:
         help="JSONL with source/summary and ids <set>:<doc>:<system> (SummEval's agreement file is what the "
         "published ladders ran on); without it, the three bundled demo rows, repeated, and the table says so",
     )
-    ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one")
+    ap.add_argument("--model", default=None, help="cpu config: a judge other than the embedded one (smollm2-135m)")
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
     ap.add_argument(
         "--rungs",

@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--name", default="bulk_profile")
     args = ap.parse_args()
     cfg = CONFIGS["cpu"]
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     inputs = bulk_inputs(args.data, args.samples, cfg["source_chars"])
     options = ladder_caps(cfg)
     SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")  # warm

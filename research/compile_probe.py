@@ -58,14 +58,14 @@ def main() -> None:
         inductor_config.freezing = True
     log = json.loads(args.profile.read_text())[args.engine]["passes"]["log"]
     shapes = bound_shapes(log)
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     eager = judge.model.model
     decoders = {"eager": eager}
     if args.against_packed:
         import os
 
         os.environ["OFFLINE_SUMSCORE_CPU_GEMM"] = "onednn"
-        decoders["eager, our prepacked linears"] = load_judge().model.model
+        decoders["eager, our prepacked linears"] = load_judge("smollm2-135m").model.model
     device = judge.model.device
     if args.eager_attention:
         from transformers import AttentionInterface

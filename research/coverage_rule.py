@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=10, help="SummEval documents (12 summaries each)")
     ap.add_argument("--name", default="coverage_rule")
     args = ap.parse_args()
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     items = [json.loads(line) for line in args.data.read_text().splitlines()]
     docs: list[str] = []
     for item in items:

@@ -43,7 +43,7 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
     from offline_sumscore.engine.local.lab import lab
 
     cfg = CONFIGS["cpu"]
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     if bulk:
         inputs = bulk_inputs(data, bulk, cfg["source_chars"])
     else:

@@ -70,7 +70,7 @@ def main() -> None:
     load_judge, TransformersEngine, VerdictStage, figure_check = load_tree(args.tree)
     rows = [json.loads(line) for line in (HERE / "data" / "perturbations.jsonl").read_text().splitlines()]
     rows = rows[: args.limit] if args.limit else rows
-    engine = TransformersEngine(load_judge())
+    engine = TransformersEngine(load_judge("smollm2-135m"))
     stage = VerdictStage("likelihood", "bare", False, 200, 2.0)
     cases = [(r, kind, r[kind]) for r in rows for kind in ("original", "paraphrase", "perturbed")]
     requests = [q for r, _, text in cases for q in stage.requests(r["id"], "support", r["source"], text)]

@@ -53,7 +53,7 @@ def decoder_turns(rounds: int = 3) -> dict[int, tuple[float, float]]:
     """Seconds of the embedded judge's decoder per token count: (separate, fused), summed over the rounds."""
     from offline_sumscore import load_judge
 
-    model = load_judge().model  # its linears prepacked (engine/cpu/cpu_gemm.py)
+    model = load_judge("smollm2-135m").model  # its linears prepacked (engine/cpu/cpu_gemm.py)
     mlps = [layer.mlp for layer in model.model.layers]
     separate = [m.forward for m in mlps]  # as loaded: each projection packed, SiLU and the product elementwise
     fused = [_fused(m) for m in mlps]

@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=40)
     ap.add_argument("--name", default="kv_memory")
     args = ap.parse_args()
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     inputs = bulk_inputs(args.data, args.samples, CONFIGS["cpu"]["source_chars"])
     engine = TransformersEngine(judge)
     steps: list[dict] = []

@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--name", default="layer_ops")
     args = parser.parse_args()
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     decoder = judge.model.model
     lines = [
         "# The decoder's one-pass layer kernels against torch's operators",

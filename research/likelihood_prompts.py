@@ -69,7 +69,7 @@ def profile_missing(names: list[str], sets: list[str]) -> None:
                 path = OUT / name / f"token_profiles_{set_name}.json"
                 if path.exists():
                     continue
-                engine = engine or TransformersEngine(load_judge())
+                engine = engine or TransformersEngine(load_judge("smollm2-135m"))
                 statements = SETS[set_name]()
                 started = time.perf_counter()
                 tp.profile(engine, statements)

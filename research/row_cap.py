@@ -90,7 +90,7 @@ def turns_parser(description: str, *, samples: int, name: str) -> argparse.Argum
 
 def warm_bulk(data: Path, samples: int) -> tuple:
     """The embedded judge, the bulk workload's inputs and options, and one warm-up run of two samples."""
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     inputs = bulk_inputs(data, samples, CONFIGS["cpu"]["source_chars"])
     options = bulk_options()
     SummarizationScorer(engine=TransformersEngine(judge), **options).score_many(inputs[:2], on_error="return")

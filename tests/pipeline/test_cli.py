@@ -32,7 +32,7 @@ def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, 
 
 
 def test_summary_score_from_csv_with_mapped_fields(tmp_path, use_scripted):
-    use_scripted.enqueue("keyphrases", {"keyphrases": ["A"]}).enqueue("ragas_questions", {"questions": ["Q?"]})
+    use_scripted.enqueue("keyphrases", {"keyphrases": ["A"]}).enqueue("ragas_questions", {"questions": ["Is it so?"]})
     use_scripted.enqueue("ragas_answers", {"answer": "1"})
     src, out = tmp_path / "in.csv", tmp_path / "out.jsonl"
     src.write_text('doc,abstract,id\n"A long source, with a comma.",Short.,x1\n')
@@ -171,7 +171,7 @@ def test_a_run_whose_scores_are_all_alike_says_so_in_one_line_naming_the_axis(tm
     done = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "o.jsonl"), "--quiet"])
     (note,) = [line for line in done.output.splitlines() if line.startswith("note: ")]
     assert note.startswith("note: 3 of 3 scores are 0.500, set by coverage in 3 of them (coverage here is the share")
-    use_scripted.enqueue("claims", {"claims": ["A claim."]}).enqueue("questions", {"questions": ["Q?"]})
+    use_scripted.enqueue("claims", {"claims": ["A claim."]}).enqueue("questions", {"questions": ["Is it so?"]})
     use_scripted.enqueue("support", "Yes\nReason: ok").enqueue("coverage", "Yes\nReason: ok")
     enqueue_two_axis(use_scripted, 2)  # 1.0, 0.5, 0.5: two thirds alike, under the three quarters it takes
     varied = CliRunner().invoke(main, ["score", str(src), "-o", str(tmp_path / "v.jsonl"), "--quiet", "--no-cache"])

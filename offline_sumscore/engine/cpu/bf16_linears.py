@@ -11,8 +11,8 @@ scratch buffer, multiplies in float32 and returns bfloat16. The upcast is transi
 the size of the largest such weight (55 MB for Qwen2.5-1.5B's MLP), reused by every linear in turn; reusing it, not
 allocating a fresh float32 weight each call, cut the 8960x1536 upcast from 28 ms to 5 ms (no page faults).
 
-The crossover, measured with the scratch buffer on the 1.5B's shapes (research/results/bf16_linears.md): float32 wins
-from 16 to 32 rows upwards; FLOAT32_ROWS sits there. The vocabulary projection (lm_head, 151,936 rows for Qwen) and
+The crossover, measured with the scratch buffer on the 1.5B's shapes (same machine): float32 wins from 16 to 32
+rows upwards; FLOAT32_ROWS sits there. The vocabulary projection (lm_head, 151,936 rows for Qwen) and
 the embedding are never upcast: the engine projects only the few places it reads logits at, and the upcast of a
 vocabulary-sized weight would cost more than its product. Results: for many rows, float32 arithmetic on the bfloat16
 weights and inputs, rounded once to bfloat16 (closer to float32 than torch's bfloat16 linear); for few rows, torch's
