@@ -61,7 +61,11 @@ def models():
         else:
             here = (path / "config.json").exists()
             size = ""
-            get = f"`sumscore setup` ({p['source']})" if name == EMBEDDED_PRESET else f"copy it here ({p['source']})"
+            get = (
+                f"`sumscore setup --judge {EMBEDDED_PRESET}` ({p['source']})"
+                if name == EMBEDDED_PRESET
+                else f"copy it here ({p['source']})"
+            )
         batch = ", ".join(f"{gib} GiB: {rows}" for gib, rows in p.get("batch_size_by_gpu_gib", {}).items())
         click.echo(
             f"{'present' if here else 'absent '}  {name:26} {path}\n           {p['description']}\n"

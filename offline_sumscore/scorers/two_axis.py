@@ -43,6 +43,8 @@ from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
 from offline_sumscore.scorers.design import SOFT_COVERAGE, stage_defaults
 from offline_sumscore.scorers.reasons import compose_reason
 from offline_sumscore.scorers.two_axis_stages import (
+    CLOSED_QUESTION_RULE,
+    FIGURE_RULE,
     LIKELIHOOD_RULE,
     Replies,
     VerdictStage,
@@ -199,6 +201,9 @@ class SummarizationScorer(ScorerBase):
                 "prompt_style": pick(self.prompt_style, "prompt_style"),
             }
             design["verdict_reasons"] = self.include_reason and design["verdicts"] == "yes-no"
+            design["figure_rule"] = FIGURE_RULE
+            if design["coverage"] == "questions":
+                design["question_rule"] = CLOSED_QUESTION_RULE
             if design["verdicts"] == "likelihood":
                 design["likelihood_threshold"] = self.likelihood_threshold
                 design["likelihood_rule"] = LIKELIHOOD_RULE
