@@ -385,6 +385,10 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
         from offline_sumscore.engine.cpu.bf16_linears import hybrid_linears
 
         decisions["bf16_linears"] = hybrid_linears(hf_model)
+    if prepared is not None and dev == "cpu" and emulated is None:
+        from offline_sumscore.engine.cpu.embedding_rows import embedding_from_file
+
+        decisions["embedding"] = embedding_from_file(hf_model, prepared)
     config = hf_model.config.to_dict()
     context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
     name = path.name

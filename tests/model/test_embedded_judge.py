@@ -282,7 +282,7 @@ def test_likelihood_verdicts_keep_their_evidence_token_by_token(judge):
 
 def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_claim_stays_supported(judge):
     """The verdict reads the token profile: "27" where the source makes the judge expect "17" turns the wrong fact's
-    claim unsupported (its mean PMI alone would pass it), and the reason names it; the faithful summary's claim, a
+    claim unsupported (its mean PMI alone would pass it), and the reason names the figure; the faithful summary's claim, a
     paraphrase with words left out, has no fact conflict and stays supported. Both summaries are one sentence, so
     each is asked as the judge's one-sentence summary of the source."""
     import json
@@ -298,7 +298,10 @@ def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_
     claim = wrong.claims[0]
     assert claim["supported"] is False and claim["pmi"] >= 2.0  # the mean would have passed it
     assert claim["conflict"]["word"] in {"27", "lost"} and claim["verdict_score"] < 2.0
-    assert f"'{claim['conflict']['word']}' where the source makes the judge expect" in wrong.reason
+    # The reason names the strongest evidence: the figure check's, where the source states the figure otherwise (its
+    # 17 is in the sentence after the one the claim aligns with); the token conflict stays on the claim.
+    assert [(f["figure"], f["source_says"][:2]) for f in claim["figures"]] == [("27", "17")]
+    assert "(27: the source says 17 years old)" in wrong.reason
     assert wrong.settings["design.likelihood_rule"].startswith("mean PMI + 0.5 x")
     assert prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION in wrong.stages["support.0"]["prompt"]
     faithful = scorer.score(rows["faithful"]["source"], rows["faithful"]["summary"])

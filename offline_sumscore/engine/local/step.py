@@ -137,6 +137,11 @@ class Stepper:
                 self.sampler.finish_if_complete(row)
                 if row.done:
                     return m
+                if (feed.slot, m) not in picked:
+                    # The draft ended where its grammar stopped, so no pick was read after it (Draft.read_points): the
+                    # end token is all decoding could take there, with or without logit verdicts' early finish.
+                    row.stop_if_complete()
+                    return m
             pick = picked[(feed.slot, m)]
             if pick.token < 0:
                 self.stats.nan_rows += 1
