@@ -282,9 +282,9 @@ def test_likelihood_verdicts_keep_their_evidence_token_by_token(judge):
 
 def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_claim_stays_supported(judge):
     """The verdict reads the token profile: "27" where the source makes the judge expect "17" turns the wrong fact's
-    claim unsupported (its mean PMI alone would pass it), and the reason names the figure; the faithful summary's claim, a
-    paraphrase with words left out, has no fact conflict and stays supported. Both summaries are one sentence, so
-    each is asked as the judge's one-sentence summary of the source."""
+    claim unsupported (its mean PMI alone would pass it), and the reason names the figure; the faithful summary's
+    claim, a paraphrase with words left out, has no fact conflict and stays supported. Both summaries are one
+    sentence, so each is asked as the judge's one-sentence summary of the source."""
     import json
     from importlib import resources
 
