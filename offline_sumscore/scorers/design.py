@@ -24,3 +24,17 @@ def stage_defaults(judge: dict) -> dict[str, str]:
 # Spearman with the experts' relevance rose from 0.15 to 0.24 (read, not tuned for); fewer key sentences for a short
 # summary did neither.
 SOFT_COVERAGE = "mean P(covered) over the key sentences"
+
+
+# What rows record of two rules every design runs by (settings.design), so rows scored before them can be told apart:
+# a figure the claims stage dropped is still checked (two_axis_stages.figures_beyond_claims), and drawn questions are
+# closed by their grammar (schemas.CLOSED_QUESTION).
+FIGURE_RULE = "every figure of the summary checked against the source, whether or not a claim kept it"
+CLOSED_QUESTION_RULE = "drawn questions closed by the grammar: an auxiliary verb first, one question mark last"
+
+
+def rules_recorded(design: dict) -> dict[str, str]:
+    """The rules above that apply to a design: the figure rule always, the question rule where questions are drawn."""
+    return {"figure_rule": FIGURE_RULE} | (
+        {"question_rule": CLOSED_QUESTION_RULE} if design["coverage"] == "questions" else {}
+    )

@@ -40,11 +40,9 @@ from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
-from offline_sumscore.scorers.design import SOFT_COVERAGE, stage_defaults
+from offline_sumscore.scorers.design import SOFT_COVERAGE, rules_recorded, stage_defaults
 from offline_sumscore.scorers.reasons import compose_reason
 from offline_sumscore.scorers.two_axis_stages import (
-    CLOSED_QUESTION_RULE,
-    FIGURE_RULE,
     LIKELIHOOD_RULE,
     Replies,
     VerdictStage,
@@ -60,11 +58,9 @@ CLAIM_PART_SENTENCES = 8  # atomic claims are asked of at most this many summary
 CLAIMS_BOUND = 64  # safety bound of one claims list; a list that reaches it is asked again in halves
 LIKELIHOOD_THRESHOLD = 2.0  # nats per token; see the likelihood_threshold parameter
 VERDICT_DETAILS = ("reason", "pmi", "evidence", "conflict", "verdict_score")  # kept in each claim's and item's entry
-CLAIMS_MODES, COVERAGE_MODES, VERDICT_MODES = (
-    ("atomic", "sentences"),
-    ("questions", "key_sentences"),
-    ("yes-no", "likelihood"),
-)
+CLAIMS_MODES = ("atomic", "sentences")
+COVERAGE_MODES = ("questions", "key_sentences")
+VERDICT_MODES = ("yes-no", "likelihood")
 
 
 def _choose(name: str, value: str, allowed: Sequence[str]) -> str:
@@ -201,9 +197,7 @@ class SummarizationScorer(ScorerBase):
                 "prompt_style": pick(self.prompt_style, "prompt_style"),
             }
             design["verdict_reasons"] = self.include_reason and design["verdicts"] == "yes-no"
-            design["figure_rule"] = FIGURE_RULE
-            if design["coverage"] == "questions":
-                design["question_rule"] = CLOSED_QUESTION_RULE
+            design.update(rules_recorded(design))
             if design["verdicts"] == "likelihood":
                 design["likelihood_threshold"] = self.likelihood_threshold
                 design["likelihood_rule"] = LIKELIHOOD_RULE

@@ -402,11 +402,6 @@ def figure_checked(entry: dict, source: str) -> dict:
     return entry
 
 
-# What rows record of the two rules issue 64 added (settings.design), so rows scored before them can be told apart.
-FIGURE_RULE = "every figure of the summary checked against the source, whether or not a claim kept it"
-CLOSED_QUESTION_RULE = "drawn questions closed by the grammar: an auxiliary verb first, one question mark last"
-
-
 def figures_beyond_claims(summary: str, source: str, judged: list[dict]) -> tuple[list[dict], list[dict]]:
     """Every number, amount, percentage and date the summary states is checked against the source, whatever the
     claims stage kept: a judge that writes claims may drop a figure ("Marta Ruiz, 27, lost ..." became "Marta Ruiz

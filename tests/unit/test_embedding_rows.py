@@ -16,6 +16,9 @@ class TinyModel(torch.nn.Module):
         super().__init__()
         self.embed_tokens = torch.nn.Embedding.from_pretrained(table)
 
+    def get_output_embeddings(self):
+        return getattr(self, "lm_head", None)
+
     def get_input_embeddings(self):
         return self.embed_tokens
 
@@ -62,4 +65,13 @@ def test_a_table_that_is_not_the_files_stays_mapped(prepared):
     folder, table = prepared
     model = TinyModel(table.float())  # loaded as float32 (--dtype float32): not the file's bytes
     assert "mapped as every weight" in embedding_from_file(model, folder)
+    assert isinstance(model.embed_tokens, torch.nn.Embedding)
+
+
+def test_a_table_tied_to_the_vocabulary_projection_stays_mapped(prepared):
+    folder, table = prepared
+    model = TinyModel(table)
+    model.lm_head = torch.nn.Linear(8, 50, bias=False)
+    model.lm_head.weight = model.embed_tokens.weight  # tied: the projection reads every row at every step anyway
+    assert "tied" in embedding_from_file(model, folder)
     assert isinstance(model.embed_tokens, torch.nn.Embedding)

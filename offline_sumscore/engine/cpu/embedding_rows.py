@@ -70,6 +70,9 @@ def embedding_from_file(model, folder: Path) -> str:
         header_bytes = struct.unpack("<Q", f.read(8))[0]
         meta = json.loads(f.read(header_bytes))[name]
     mapped = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None and head.weight.data_ptr() == mapped.data_ptr():
+        return "mapped as every weight (tied to the vocabulary projection, which reads the whole table at every step)"
     rows, dim = meta["shape"]
     if DTYPES.get(meta["dtype"]) != mapped.dtype or tuple(mapped.shape) != (rows, dim):
         return f"mapped as every weight (the file's {meta['dtype']} {meta['shape']} is not the loaded table's)"
