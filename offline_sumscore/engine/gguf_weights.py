@@ -9,7 +9,7 @@ load as they load any model directory: 3.1 GB for the 1.5B, read from the page c
 Contract:
 - The folder is root/prepared/<first 16 hex digits of the file's sha256>/: the same bytes anywhere (moved, copied,
   renamed) are prepared once; changed bytes are a new folder. The hash is read from the fetcher's sidecar
-  `<file>.sha256` (JSON {"sha256": "<64 hex>", "size": <bytes>}) where its size matches the file's, else computed once
+  `<file>.sha256` ("<64 hex> <bytes>", judge_files.read_sidecar) where its size matches the file's, else computed once
   and memoised in root/prepared/hashes.json by resolved path, size and mtime_ns.
 - Every weight equals transformers' own float32 load of the file rounded to bfloat16: each tensor is dequantized with
   gguf's reader and passed through transformers' per-architecture tensor processor (Llama's q/k un-permutation,
@@ -26,7 +26,6 @@ Contract:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -36,10 +35,10 @@ from pathlib import Path
 
 from offline_sumscore.core.durable import replace_dir, replace_text
 from offline_sumscore.core.errors import ModelLoadError
+from offline_sumscore.engine.judge_files import hash_file, read_sidecar
 
 MARKER = "PREPARED_FROM"  # written last: a folder without it is unfinished
 SHARD_BYTES = 512 << 20  # a shard's weights at most (a larger tensor is a shard of its own); held whole while written
-HASH_CHUNK = 8 << 20
 FORMAT = 1  # bump when what a prepared folder holds changes: an older folder is then prepared again
 
 
@@ -94,13 +93,9 @@ def prepare_gguf(gguf: Path, root: Path) -> Path:
 def content_hash(gguf: Path, root: Path) -> str:
     """The sha256 of gguf's bytes: the fetcher's sidecar where its size matches, else a memo in root, else read."""
     stat = gguf.stat()
-    sidecar = gguf.with_name(gguf.name + ".sha256")
-    try:
-        claimed = json.loads(sidecar.read_text())
-        if int(claimed["size"]) == stat.st_size and len(str(claimed["sha256"])) == 64:
-            return str(claimed["sha256"]).lower()
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no sidecar, or not the fetcher's: hash the file
+    claimed = read_sidecar(gguf)  # the fetcher's, written after it verified the file
+    if claimed is not None and claimed[1] == stat.st_size and len(claimed[0]) == 64:
+        return claimed[0]
     memo_path = Path(root) / "prepared" / "hashes.json"
     key = f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     try:
@@ -109,11 +104,7 @@ def content_hash(gguf: Path, root: Path) -> str:
         memo = {}
     if key in memo:
         return memo[key]
-    digest = hashlib.sha256()
-    with open(gguf, "rb") as fh:
-        while chunk := fh.read(HASH_CHUNK):
-            digest.update(chunk)
-    memo[key] = digest.hexdigest()
+    memo[key] = hash_file(gguf)
     # Re-read and merge just before writing: another process may have memoised another file meanwhile. A race
     # loses at most an entry, which costs one more hash, never a wrong one.
     try:

@@ -146,7 +146,8 @@ def check_preset_file(name: str, preset: dict, root: Path) -> Path:
     return path
 
 
-def _read_sidecar(path: Path) -> tuple[str, int] | None:
+def read_sidecar(path: Path) -> tuple[str, int] | None:
+    """(sha256, byte count) as a fetch wrote them beside path after verifying it, or None where there is none."""
     try:
         digest, size = (path.parent / (path.name + SIDECAR_SUFFIX)).read_text().split()
         return digest.lower(), int(size)
@@ -154,7 +155,8 @@ def _read_sidecar(path: Path) -> tuple[str, int] | None:
         return None
 
 
-def _hash_file(path: Path) -> str:
+def hash_file(path: Path) -> str:
+    """The sha256 of path's bytes, read a chunk at a time."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
@@ -171,10 +173,10 @@ def _already_here(target: Path, expected: int, sha256: str, progress: Callable[[
     if size != expected:
         progress(f"{target} has {size} bytes, not {expected}: fetching it again")
         return False
-    if _read_sidecar(target) == (sha256, expected):
+    if read_sidecar(target) == (sha256, expected):
         return True
     started = time.perf_counter()
-    if _hash_file(target) != sha256:
+    if hash_file(target) != sha256:
         progress(f"{target} has the right size but another sha256: fetching it again")
         return False
     replace_text(target.parent / (target.name + SIDECAR_SUFFIX), f"{sha256} {expected}\n")

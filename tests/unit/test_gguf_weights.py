@@ -57,14 +57,14 @@ def test_the_hash_comes_from_the_fetchers_sidecar_when_its_size_matches(tmp_path
     gguf = tmp_path / "judge.gguf"
     gguf.write_bytes(b"GGUF not really")
     sidecar = gguf.with_name("judge.gguf.sha256")
-    sidecar.write_text(json.dumps({"sha256": "ab" * 32, "size": gguf.stat().st_size}))
+    sidecar.write_text(f"{'ab' * 32} {gguf.stat().st_size}\n")  # as judge_files.fetch_preset writes it
     assert gguf_weights.content_hash(gguf, tmp_path) == "ab" * 32
-    sidecar.write_text(json.dumps({"sha256": "ab" * 32, "size": 1}))  # another file's: hashed instead
+    sidecar.write_text(f"{'ab' * 32} 1\n")  # another file's: hashed instead
     real = gguf_weights.content_hash(gguf, tmp_path)
     assert real != "ab" * 32 and len(real) == 64
     memo = json.loads((tmp_path / "prepared" / "hashes.json").read_text())
     assert list(memo.values()) == [real]  # memoised: the next call reads no byte of the file
-    monkeypatch.setattr(gguf_weights, "HASH_CHUNK", None)  # reading the file again would now fail
+    monkeypatch.setattr(gguf_weights, "hash_file", None)  # reading the file again would now fail
     assert gguf_weights.content_hash(gguf, tmp_path) == real
 
 
