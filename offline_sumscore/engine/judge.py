@@ -27,13 +27,9 @@ from offline_sumscore.engine.gguf_convert import (  # noqa: F401 (the embedded j
     convert_gguf,
     embedded_gguf_path,
 )
-from offline_sumscore.engine.presets import models_root  # noqa: F401 (imported from here too)
+from offline_sumscore.engine.presets import DEFAULT_JUDGE, FAST_JUDGE, models_root  # noqa: F401 (imported from here too)
 
 MIN_ROOM = 16  # tokens the context must have left after the prompt for any JSON verdict
-# The judge used when none is named: the smallest one measured to follow the judge's instructions (docs/judges.md).
-DEFAULT_JUDGE = "qwen2.5-coder-1.5b"
-# The embedded judge by name: fast, for tests and smoke runs; at chance on real data.
-FAST_JUDGE = "smollm2-135m"
 # Names the judge used when none is given (a preset name or a path); the tests set the fast judge here.
 JUDGE_ENV = "OFFLINE_SUMSCORE_JUDGE"
 

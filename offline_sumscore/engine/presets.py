@@ -8,6 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+# The judge used when none is named: the smallest one measured to follow the judge's instructions (docs/judges.md).
+DEFAULT_JUDGE = "qwen2.5-coder-1.5b"
+# The embedded judge by name: fast, for tests and smoke runs; at chance on real data. `sumscore setup --judge` alone
+# converts it.
+FAST_JUDGE = "smollm2-135m"
+
 
 def models_root() -> Path:
     """Where converted weights live: $OFFLINE_SUMSCORE_MODELS, else the checkout's models/converted when the
