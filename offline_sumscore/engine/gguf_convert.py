@@ -97,11 +97,19 @@ def _load_gguf(gguf: Path):
         raise ModelLoadError(
             f"loading {gguf} needs the gguf and accelerate packages: pip install gguf accelerate ({exc})"
         ) from exc
-    except (struct.error, ValueError, EOFError, IndexError, KeyError, OSError) as exc:
-        # A cut-off or damaged file fails deep in the GGUF reader (struct.error at 1 MB, a reshape error at 50 MB).
-        raise ModelLoadError(
-            f"{gguf} is truncated or corrupt ({gguf.stat().st_size} bytes) and cannot be read as "
-            f"GGUF: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; copy "
-            f"the file again"
-        ) from None
+    except UNREADABLE as exc:
+        raise unreadable_gguf(gguf, exc) from None
     return model, tokenizer
+
+
+# A cut-off or damaged file fails deep in the GGUF reader (struct.error at 1 MB, a reshape error at 50 MB).
+UNREADABLE = (struct.error, ValueError, EOFError, IndexError, KeyError, OSError)
+
+
+def unreadable_gguf(gguf: Path, exc: Exception) -> ModelLoadError:
+    """The one-line error for a GGUF file its reader failed on (UNREADABLE)."""
+    said = str(exc).splitlines()[0] if str(exc) else ""
+    return ModelLoadError(
+        f"{gguf} is truncated or corrupt ({gguf.stat().st_size} bytes) and cannot be read as GGUF: "
+        f"{type(exc).__name__}: {said}; copy the file again"
+    )

@@ -187,7 +187,7 @@ def _write(gguf: Path, out: Path) -> int:
 
 def _open(gguf: Path):
     """(config, tokenizer, reader, tensor processor, GGUF->HF name map) for gguf, as transformers reads them."""
-    from offline_sumscore.engine.gguf_convert import _force_offline
+    from offline_sumscore.engine.gguf_convert import UNREADABLE, _force_offline, unreadable_gguf
 
     _force_offline()
     import torch
@@ -207,11 +207,8 @@ def _open(gguf: Path):
         _refuse_new_loader(gguf, architecture)
         config = AutoConfig.from_pretrained(**where)
         tokenizer = AutoTokenizer.from_pretrained(**where)
-    except (ValueError, EOFError, IndexError, KeyError, OSError) as exc:
-        raise ModelLoadError(
-            f"{gguf} is truncated or corrupt ({gguf.stat().st_size} bytes) and cannot be read as GGUF: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; copy the file again"
-        ) from None
+    except UNREADABLE as exc:
+        raise unreadable_gguf(gguf, exc) from None
     for key in ("quantization_config",):
         if hasattr(config, key):
             delattr(config, key)
