@@ -83,10 +83,6 @@ def figures(text: str) -> list[Figure]:
 
 def same_figure(a: Figure, b: Figure) -> bool:
     """Two figures of one value and kind ("1.2bn" and "1,200,000,000"; "two" and "2")."""
-    return _same(a, b)
-
-
-def _same(a: Figure, b: Figure) -> bool:
     if isinstance(a.value, str) or isinstance(b.value, str):
         return a.value == b.value
     close = abs(a.value - b.value) <= 1e-9 * max(abs(a.value), abs(b.value), 1)
@@ -144,7 +140,7 @@ def figure_check(statement: str, source: str) -> list[dict]:
     after it, where there is one (a conflict): {"figure", "kind", "source_figure" | None, "source_says" | None,
     "sentence"}."""
     stated = figures(source)
-    missing = [f for f in figures(statement) if not any(_same(f, s) for s in stated)]
+    missing = [f for f in figures(statement) if not any(same_figure(f, s) for s in stated)]
     out = []
     for figure in missing:
         sentence, rival = figure_place(figure, statement, source)
