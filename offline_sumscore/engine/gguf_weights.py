@@ -21,7 +21,8 @@ Contract:
 - Atomic as convert_gguf is: a file lock serialises preparers, the work happens in a temporary folder beside the
   target, the marker (PREPARED_FROM) is written last and the folder renamed into place. A folder without the marker
   (a killed run's, a damaged one) is never taken as finished: it is prepared again.
-- model_header.refuse_unable(gguf) runs first: a model that cannot judge is never prepared.
+- model_header.refuse_unable(gguf) runs before any preparing: a model that cannot judge is never prepared (a folder
+  already prepared from the same bytes passed it then, and is returned without reading the header again).
 """
 
 from __future__ import annotations
@@ -61,10 +62,10 @@ def prepare_gguf(gguf: Path, root: Path) -> Path:
     from offline_sumscore.engine.model_header import refuse_unable
 
     gguf = Path(gguf)
-    refuse_unable(gguf)  # from the header, in a second: a model that cannot judge is never prepared
     target = prepared_dir(gguf, root)
-    if is_prepared(target):
+    if is_prepared(target):  # these bytes passed the header check when they were prepared: not read again (1.9 s)
         return target
+    refuse_unable(gguf)  # from the header, in a second: a model that cannot judge is never prepared
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
         if is_prepared(target):  # another process finished it while this one waited
