@@ -128,7 +128,12 @@ def setup(judges, no_judge):
     present is kept. A kernel that cannot be built is said here, with what runs instead (the same verdicts, slower);
     set-up still ends with 0. A judge that cannot be fetched ends it with 2, after the kernels.
     """
-    from offline_sumscore.engine.cpu.native_build import every_kernel, kernels_unusable, start_every_kernel_build
+    from offline_sumscore.engine.cpu.native_build import (
+        can_build_here,
+        kernels_here,
+        kernels_unusable,
+        start_every_kernel_build,
+    )
 
     if no_judge and judges:
         raise InputProblem("--judge and --no-judge together: pass one (--no-judge: only the kernels)")
@@ -146,10 +151,11 @@ def setup(judges, no_judge):
         wait = None
         if unusable:
             click.echo(f"kernels: {unusable}")
-        else:
-            click.echo(
-                f"kernels: building {len(every_kernel())} at once (C++, AVX-512), each unless torch's cache holds it"
-            )
+        kernels = kernels_here()
+        # Where a compiler is missing, kernels_unusable said so: nothing is tried. Where only the AVX-512 ones do not
+        # apply, the plain C++ ones (the GGUF block-code kernel) are built all the same.
+        if kernels and can_build_here():
+            click.echo(f"kernels: building {len(kernels)} at once (C++), each unless torch's cache holds it")
             wait = start_every_kernel_build(lambda done: click.echo(f"  {done.line()}"))
         for name in judges:
             if name == FAST_JUDGE:
@@ -202,8 +208,8 @@ def _fetch_judge(name: str) -> None:
     click.echo(f"judge {name}:")
     began = time.perf_counter()
     path = fetch_preset(name, progress=lambda line: click.echo(f"  {line}"))
-    # Its weights written once as bfloat16 (engine/gguf_weights.py), so its first run does not.
-    click.echo("  preparing it for loading (once: bfloat16 safetensors, cached by the file's content)")
+    # Its codes checked once against gguf's dequantization (engine/gguf_weights.py), so its first run does not.
+    click.echo("  preparing it for loading (once: every block code checked, cached by the file's content)")
     ready = time.perf_counter()
     where = judge_module.prepare_judge(path)
     click.echo(f"  prepared in {time.perf_counter() - ready:.1f} s: {where}")

@@ -117,7 +117,7 @@ def _pick_device(device: str) -> tuple[str, str]:
 
 
 def _pick_dtype(dtype: str, device: str, prepared: bool = False) -> tuple[Any, str]:
-    """The dtype to load in and why. prepared: the judge is a GGUF prepared into bfloat16 (gguf_weights.py)."""
+    """The dtype to load in and why. prepared: the judge is a prepared GGUF (gguf_weights.py)."""
     import torch
 
     names = {
@@ -313,9 +313,9 @@ def refuse_unsupported(path: Path) -> None:
 
 
 def prepare_judge(path: str | os.PathLike) -> Path:
-    """The folder load_judge loads a .gguf judge from: its weights as bfloat16 safetensors, written once and cached by
-    the file's content under models_root()/prepared (engine/gguf_weights.py). The fetch command calls it after a
-    download, so a judge's first run does not prepare it."""
+    """The folder load_judge loads a .gguf judge from: which of its tensors stay the file's block codes, each checked
+    to the bit, and the rest in bfloat16, written once and cached by the file's content under models_root()/prepared
+    (engine/gguf_weights.py). The fetch command calls it after a download, so a judge's first run does not."""
     from offline_sumscore.engine.gguf_weights import prepare_gguf
 
     path = Path(path).expanduser()
@@ -337,15 +337,17 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     path = resolve_model_path(model)  # a model that cannot judge is refused there, before its weights load
     dev, dev_reason = _pick_device(device)
     # Every GGUF but the embedded judge's (float32 in memory, its CPU kernels and tests tied to those bits) loads from
-    # its prepared folder: bfloat16 weights written once, not dequantized to float32 at every load.
+    # its prepared folder: on a CPU its weights stay the file's block codes, never dequantized to float32 at every load.
     prepared = prepare_judge(path) if path.is_file() and path.name != EMBEDDED_GGUF else None
     torch_dtype, dtype_reason = _pick_dtype(dtype, dev, prepared is not None)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         if prepared is not None:
-            tokenizer = AutoTokenizer.from_pretrained(str(prepared), local_files_only=True)
-            hf_model = AutoModelForCausalLM.from_pretrained(str(prepared), local_files_only=True, dtype=torch_dtype)
+            from offline_sumscore.engine.gguf_load import load_prepared
+
+            in_place = dev == "cpu" and emulated_memory_mib() is None
+            hf_model, tokenizer, weights_said = load_prepared(prepared, path, torch_dtype, dev, in_place)
         elif path.is_file():
             hf_model, tokenizer = _load_gguf(path)
             hf_model.to(dtype=torch_dtype)
@@ -365,7 +367,7 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     hf_model.eval()
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
     if prepared is not None:
-        decisions["weights"] = f"prepared once from the GGUF into {prepared} (bfloat16 safetensors, by file content)"
+        decisions["weights"] = weights_said
     emulated = emulated_memory_mib() if dev == "cpu" else None
     if emulated is not None:  # the judge as a GPU holds it: plain modules, none of the CPU's kernels
         decisions["device_memory"] = (
@@ -383,9 +385,7 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
 
         decisions["bf16_linears"] = hybrid_linears(hf_model)
     if prepared is not None and dev == "cpu" and emulated is None:
-        from offline_sumscore.engine.cpu.embedding_rows import embedding_from_file
-
-        decisions["embedding"] = embedding_from_file(hf_model, prepared)
+        decisions["embedding"] = _embedding_off_memory(hf_model, prepared)
     config = hf_model.config.to_dict()
     context = int(getattr(hf_model.config, "max_position_embeddings", 0) or 2048)
     name = path.name
@@ -403,6 +403,20 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
         # The embedded weights however named: by default, by preset or by their .gguf path.
         embedded=path.name in (EMBEDDED_NAME, EMBEDDED_GGUF),
     )
+
+
+def _embedding_off_memory(hf_model, prepared: Path) -> str:
+    """A prepared judge's embedding table on a CPU: its codes, rebuilt a row at a time, or read a row at a time from
+    its bfloat16 shard (embedding_rows.py) where the file held it in a type the code kernel does not rebuild."""
+    from offline_sumscore.engine.cpu.embedding_rows import embedding_from_file
+    from offline_sumscore.engine.cpu.gguf_codes import CodedEmbedding
+
+    table = hf_model.get_input_embeddings()
+    if isinstance(table, CodedEmbedding):
+        return (
+            f"the {table.num_embeddings:,} x {table.embedding_dim} table's codes, each row rebuilt as a pass reads it"
+        )
+    return embedding_from_file(hf_model, prepared)
 
 
 def judge_without_weights(model: str | os.PathLike | None = None) -> Judge:

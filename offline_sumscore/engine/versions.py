@@ -40,16 +40,18 @@ def device_seen() -> str:
 
 def kernels_built() -> str:
     """How many of the CPU's C++ kernels torch's extension cache holds (`sumscore setup` builds them)."""
-    from offline_sumscore.engine.cpu.native_build import every_kernel, kernels_unusable
+    from offline_sumscore.engine.cpu.native_build import can_build_here, kernels_here, kernels_unusable
 
     unusable = kernels_unusable()
-    if unusable:
+    if not can_build_here():
         return unusable.split(":")[0]
-    kernels = every_kernel()
+    kernels = kernels_here()
     missing = [k.what for k in kernels if not k.cached()]
     built = len(kernels) - len(missing)
-    return f"{built} of {len(kernels)} built" + (
-        f" (not: {', '.join(missing)}; run `sumscore setup`)" if missing else ""
+    return (
+        f"{built} of {len(kernels)} built"
+        + (f" (not: {', '.join(missing)}; run `sumscore setup`)" if missing else "")
+        + (f"; {unusable.split(':')[0]}" if unusable else "")
     )
 
 

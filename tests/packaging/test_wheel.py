@@ -96,7 +96,7 @@ def test_a_kernel_source_left_out_of_the_package_data_is_caught(tmp_path):
     pyproject = (tree / "pyproject.toml").read_text()
     by_hand = (
         'offline_sumscore = ["examples/*.jsonl", "**/*.toml", "engine/cpu/*.h", "engine/cpu/attention_kernel.cpp", '
-        '"engine/cpu/layer_ops.cpp", "engine/cpu/pick_kernel.cpp"]'
+        '"engine/cpu/layer_ops.cpp", "engine/cpu/pick_kernel.cpp", "engine/cpu/gguf_codes.cpp"]'
     )
     pyproject, n = re.subn(r"^offline_sumscore = \[.*\]$", by_hand, pyproject, flags=re.M)
     assert n == 1, "the package data line moved; this test copies it"
@@ -179,7 +179,7 @@ def test_the_installed_wheel_runs_the_demo_outside_the_clone_with_every_kernel_a
     judge = rows[0]["judge"]
     if "AVX512" not in torch.backends.cpu.get_cpu_capability():
         pytest.skip(f"this CPU has no AVX-512 ({torch.backends.cpu.get_cpu_capability()}): no kernel applies here")
-    assert "4 of 4 kernels ready" in setup.stdout, setup.stdout
+    assert "5 of 5 kernels ready" in setup.stdout, setup.stdout
     assert judge["engine"]["attention_kernel"].startswith("kernel"), judge["engine"]["attention_kernel"]
     assert judge["engine"]["pick_kernel"].startswith("kernel"), judge["engine"]["pick_kernel"]
     assert "on 4-bit block codes for" in judge["decisions"]["cpu_gemm"], judge["decisions"]["cpu_gemm"]

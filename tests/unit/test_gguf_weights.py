@@ -1,6 +1,7 @@
-"""A GGUF judge prepared once into bfloat16 safetensors (engine/gguf_weights.py): each tensor equals transformers'
-own float32 load rounded to bfloat16, a finished folder is reused, an unfinished one is redone; and the bfloat16
-linears of a CPU without fast bfloat16 matmul (engine/cpu/bf16_linears.py)."""
+"""A GGUF judge prepared once (engine/gguf_weights.py): its quantized linears and embedding listed as the file's own
+block codes, each rebuilt to the bit as transformers loads it, the rest in bfloat16 safetensors equal to transformers'
+own float32 load rounded; a finished folder is reused, an unfinished one or one checked by another kernel is redone;
+and the bfloat16 linears of a CPU without fast bfloat16 matmul (engine/cpu/bf16_linears.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import pytest
 import torch
 
-from offline_sumscore.engine import gguf_weights
+from offline_sumscore.engine import gguf_load, gguf_weights
 from offline_sumscore.engine.cpu import bf16_linears
 from offline_sumscore.engine.judge import _pick_dtype, embedded_gguf_path
 
@@ -21,7 +22,7 @@ def _fake_write(calls):
     def write(gguf, out):
         calls.append(out)
         (out / "config.json").write_text("{}\n")
-        return 0
+        return {"tensors": 0, "kernel": gguf_weights.kernel_identity()}
 
     return write
 
@@ -51,6 +52,15 @@ def test_a_folder_without_its_marker_is_redone(tmp_path, fake_write):
     (folder / "stray.safetensors").write_bytes(b"half a shard")
     assert gguf_weights.prepare_gguf(gguf, tmp_path) == folder and len(fake_write) == 2
     assert gguf_weights.is_prepared(folder) and not (folder / "stray.safetensors").exists()
+
+
+def test_a_folder_checked_by_another_kernel_source_is_redone(tmp_path, fake_write):
+    gguf = embedded_gguf_path()
+    folder = gguf_weights.prepare_gguf(gguf, tmp_path)
+    marker = json.loads((folder / gguf_weights.MARKER).read_text())
+    (folder / gguf_weights.MARKER).write_text(json.dumps({**marker, "kernel": "0" * 16}))  # before a kernel change
+    assert not gguf_weights.is_prepared(folder)
+    assert gguf_weights.prepare_gguf(gguf, tmp_path) == folder and len(fake_write) == 2
 
 
 def test_the_hash_comes_from_the_fetchers_sidecar_when_its_size_matches(tmp_path, monkeypatch):
@@ -115,43 +125,69 @@ def prepared_embedded(tmp_path_factory):
 
 
 @pytest.mark.model
-def test_every_prepared_tensor_is_transformers_float32_load_in_bfloat16(prepared_embedded):
-    """SmolLM2-135M is a llama GGUF: its q and k projections are un-permuted by transformers' tensor processor."""
+def test_every_prepared_tensor_is_transformers_float32_load(prepared_embedded):
+    """SmolLM2-135M is a llama GGUF in Q4_1: its q and k projections are un-permuted by transformers' tensor
+    processor, which the coded tensors repeat as a row order, and its head is tied to the embedding."""
     from safetensors.torch import load_file
 
+    from offline_sumscore.engine.cpu import gguf_codes
     from offline_sumscore.engine.judge import _load_gguf
 
     _, folder, _ = prepared_embedded
     model, _ = _load_gguf(embedded_gguf_path())
     reference = model.state_dict()
-    prepared = {}
+    dense = {}
     for shard in sorted(folder.glob("*.safetensors")):
-        prepared.update(load_file(shard))
+        dense.update(load_file(shard))
+    coded = json.loads((folder / gguf_weights.CODED).read_text())
     index = json.loads((folder / "model.safetensors.index.json").read_text())
-    assert set(index["weight_map"]) == set(prepared)
-    # The head is tied to the embedding: written once, and loading ties it again.
-    assert set(reference) - set(prepared) == {"lm_head.weight"} and model.config.tie_word_embeddings
-    for name, tensor in prepared.items():
+    assert set(index["weight_map"]) == set(dense) and not set(dense) & {c["name"] for c in coded}
+    # The head is tied to the embedding: listed once, and loading ties it again.
+    assert set(reference) - set(dense) - {c["name"] for c in coded} == {"lm_head.weight"}
+    assert model.config.tie_word_embeddings
+    for name, tensor in dense.items():  # norms: in bfloat16
         assert tensor.dtype == torch.bfloat16
         assert torch.equal(tensor, reference[name].to(torch.bfloat16)), name
+    kernel, _ = gguf_codes.kernel()
+    mapping = gguf_codes.map_file(embedded_gguf_path())
+    permuted = []
+    for entry in coded:
+        tensor = gguf_codes.CodedTensor(**{**entry, "permutation": gguf_load._order(entry)})
+        rebuilt = gguf_codes.dequantize(kernel, tensor.codes(mapping), tensor.type, tensor.columns)
+        assert torch.equal(rebuilt.view(torch.int32), reference[tensor.name].view(torch.int32)), tensor.name
+        permuted += [tensor.name] if tensor.permutation is not None else []
+    assert len(coded) == 30 * 7 + 1  # every projection of 30 layers and the embedding
+    assert len(permuted) == 60 and all(n.endswith(("q_proj.weight", "k_proj.weight")) for n in permuted)
     stamp = (folder / gguf_weights.MARKER).stat().st_mtime_ns
     assert gguf_weights.prepare_gguf(embedded_gguf_path(), prepared_embedded[0]) == folder
     assert (folder / gguf_weights.MARKER).stat().st_mtime_ns == stamp
 
 
 @pytest.mark.model
-def test_a_gguf_judge_loads_from_its_prepared_folder_in_bfloat16(prepared_embedded, tmp_path, monkeypatch):
-    from offline_sumscore.engine.judge import load_judge
+def test_a_gguf_judge_holds_its_codes_not_a_float_copy(prepared_embedded, tmp_path, monkeypatch):
+    from offline_sumscore.engine.cpu import gguf_codes
+    from offline_sumscore.engine.judge import _load_gguf, load_judge
 
     root, folder, _ = prepared_embedded
     monkeypatch.setenv("OFFLINE_SUMSCORE_MODELS", str(root))
     brought = tmp_path / "smollm2.gguf"  # the same bytes under another name: not the embedded judge's path
     brought.symlink_to(embedded_gguf_path())
     judge = load_judge(brought, device="cpu")
-    assert judge.dtype == "bfloat16" and str(folder) in judge.decisions["weights"]
-    assert "bf16_linears" in judge.decisions and not judge.embedded
-    assert judge.model.get_output_embeddings().weight.data_ptr() == judge.model.get_input_embeddings().weight.data_ptr()
+    assert judge.dtype == "bfloat16" and "block codes" in judge.decisions["weights"] and not judge.embedded
+    embedding, head = judge.model.get_input_embeddings(), judge.model.get_output_embeddings()
+    assert isinstance(embedding, gguf_codes.CodedEmbedding) and isinstance(head, gguf_codes.CodedLinear)
+    assert head.codes.data_ptr() == embedding.codes.data_ptr()  # tied: the same codes
+    floats = sum(p.numel() * p.element_size() for p in judge.model.parameters())
+    codes = sum(b.numel() for b in judge.model.buffers() if b.dtype == torch.uint8)
+    assert floats < 0.01 * codes  # norms only: no float copy of a weight
     ids = judge.tokenizer("The library opens in March.", return_tensors="pt")["input_ids"]
+    reference, _ = _load_gguf(embedded_gguf_path())  # transformers' float32 model
     with torch.no_grad():
-        logits = judge.model(ids).logits
-    assert torch.isfinite(logits).all() and logits.dtype == torch.bfloat16
+        ours = torch.log_softmax(judge.model(ids).logits.float(), -1)
+        theirs = torch.log_softmax(reference(ids).logits, -1)
+    assert ours.dtype == torch.float32 and torch.isfinite(ours).all()
+    # bfloat16 activations against float32 ones: the same next token at every place, and the log-probabilities of
+    # every token the reference gives 1% or more within 0.3 (the far tail moves more: 0.6 at worst here)
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+    likely = theirs.exp() >= 0.01
+    assert (ours - theirs).abs()[likely].max() < 0.3 and (ours - theirs).abs().max() < 1.5

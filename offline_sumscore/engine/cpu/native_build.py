@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).parent
 SHARED = [HERE / "tensor_api.h", HERE / "exp16.h"]  # put before every kernel's own source
 # The modules of engine/cpu/ that hold a kernel, each as its NATIVE; a test checks that every .cpp here is one's source
-KERNEL_MODULES = ("block_codes", "layer_ops", "pick_kernel", "attention_kernel")
+KERNEL_MODULES = ("block_codes", "layer_ops", "pick_kernel", "attention_kernel", "gguf_codes")
 AVX512_FLAGS = ["-O3", "-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mfma", "-fopenmp"]
 
 
@@ -44,9 +44,11 @@ class NativeModule:
         seconds: int,
         instead: str,
         flags: list[str] | None = None,
+        needs_avx512: bool = True,
     ):
         self.source, self.name, self.functions, self.what = source, name, functions, what
         self.seconds, self.instead, self.flags = seconds, instead, AVX512_FLAGS if flags is None else flags
+        self.needs_avx512 = needs_avx512  # written in AVX-512 intrinsics; else plain C++ any CPU compiles
         self.built: dict[str, object] = {}  # "module" or "error", once per process
         self._lock = threading.Lock()
 
@@ -205,19 +207,31 @@ class KernelBuild:
         return f"{self.kernel.what}: built in {self.seconds:.1f} s"
 
 
+def kernels_here() -> list[NativeModule]:
+    """The kernels that apply to this CPU: all of them with AVX-512, else those written in plain C++."""
+    avx512 = without_avx512() is None
+    return [kernel for kernel in every_kernel() if avx512 or not kernel.needs_avx512]
+
+
 def kernels_unusable() -> str | None:
-    """Why the kernels do not apply to this machine (they are AVX-512 code), or cannot be built (no compiler, and not
-    every kernel in torch's cache already); None otherwise."""
+    """Why some kernels do not apply to this machine (AVX-512 code on a CPU without it), and why none can be built (no
+    compiler, and not every kernel in torch's cache already); None where neither holds."""
+    said = []
     capability = without_avx512()
     if capability:
-        return (
-            f"this CPU has no AVX-512 ({capability}): the C++ kernels do not apply; the judge runs on torch's "
-            "operators and oneDNN (the same verdicts)"
+        skipped = sum(kernel.needs_avx512 for kernel in every_kernel())
+        said.append(
+            f"this CPU has no AVX-512 ({capability}): {skipped} of the C++ kernels do not apply (they are AVX-512 "
+            "code); the embedded judge runs on torch's operators and oneDNN there (the same verdicts)"
         )
-    missing = compiler_missing()
-    if missing and not all(kernel.cached() for kernel in every_kernel()):
-        return f"{missing}: {NO_KERNELS}"
-    return None
+    if not can_build_here():
+        said.append(f"{compiler_missing()}: {NO_KERNELS}")
+    return "; ".join(said) or None
+
+
+def can_build_here() -> bool:
+    """Whether the kernels that apply here can be built or loaded: a compiler, or every one in torch's cache."""
+    return not compiler_missing() or all(kernel.cached() for kernel in kernels_here())
 
 
 def start_every_kernel_build(on_done=None) -> Callable[[], list[KernelBuild]]:
@@ -226,7 +240,7 @@ def start_every_kernel_build(on_done=None) -> Callable[[], list[KernelBuild]]:
     Ctrl-C ends a set-up at once. on_done(KernelBuild) is called as each ends. Returns the wait for them all, in
     KERNEL_MODULES' order, interruptible. Raises nothing: a failure is a KernelBuild that says what failed and what
     runs instead."""
-    kernels = every_kernel()
+    kernels = kernels_here()
     ended: queue.SimpleQueue = queue.SimpleQueue()
 
     def one(i: int, kernel: NativeModule) -> None:
