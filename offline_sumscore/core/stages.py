@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from offline_sumscore.core.schemas import Likelihood, grammar_of
+from offline_sumscore.core.errors import Failure
+from offline_sumscore.core.schemas import Likelihood, grammar_of, parse_output
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,23 @@ class StageResult:
     def ok(self) -> bool:
         return self.error is None and self.value is not None
 
+    def read_reply(self, text: str, *, capped: bool = False, parse: str | None = None) -> StageResult:
+        """The one reading of a judge's reply, every engine's: text kept as raw_output, and value parsed under the
+        request's schema (from `parse`, where an engine first undoes a server's wrapping of it, else from text).
+        A reply that does not parse fails: as "cap" where the token cap cut it (capped), else as "schema", each in
+        one wording. Returns self."""
+        self.raw_output = text
+        try:
+            self.value = parse_output(self.request.schema, text if parse is None else parse)
+        except ValueError as exc:  # pydantic's ValidationError and a JSON error are ValueErrors
+            self.value = None
+            if capped:
+                self.error_kind, self.error = Failure.CAP, cap_error(self.cap)
+            else:
+                self.error_kind = Failure.SCHEMA
+                self.error = f"output does not match the schema: {str(exc).splitlines()[0]}; raw output kept"
+        return self
+
     def audit(self) -> dict[str, Any]:
         """What a user needs to audit this stage: prompt, raw output, tokens, time, error; for a likelihood stage,
         its evidence token by token (each statement token's log-probability, and the token the judge expected most
@@ -103,3 +121,8 @@ class StageResult:
                 "expected_logprobs": [round(x, 3) for x in v.expected_logprobs],
             }
         return audit
+
+
+def cap_error(cap: int) -> str:
+    """The one wording of a stage whose output reached its token cap before it closed."""
+    return f"hit the {cap}-token cap before the output closed; raw output kept"

@@ -32,7 +32,7 @@ import urllib.request
 from collections.abc import Sequence
 
 from offline_sumscore.core.errors import Failure, UsageError, check_count
-from offline_sumscore.core.schemas import TextOutput, max_json_chars, parse_output
+from offline_sumscore.core.schemas import TextOutput, max_json_chars
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import Engine
 from offline_sumscore.engine.choice_logprobs import CHOICE_LOGPROBS, choice_probs
@@ -244,26 +244,19 @@ class ServedEngine(Engine):
             result.choice_probs = choice_probs(
                 _steps(choice["logprobs"]["content"]), request.verdict_choice, CHOICE_LOGPROBS
             )
-        try:
-            if issubclass(request.schema, TextOutput):
-                word = _VERDICT_WORD.match(text)
-                rest = text[word.end() :] if word else text
-                text = (
-                    f"{word.group(1).capitalize()}\nReason: {rest}"
-                    if word and rest
-                    else (word.group(1).capitalize() if word else text)
-                )
-                result.value = parse_output(request.schema, text)
-            else:
-                result.value = request.schema.model_validate_json(_FENCE.sub("", text))
-        except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError and JSON errors alike
-            if choice.get("finish_reason") == "length" and mode == PROMPT_MODE:
-                result.error_kind = Failure.CAP
-                result.error = f"hit the {body['max_tokens']}-token cap before the JSON closed; raw output kept"
-            else:
-                result.error_kind = Failure.SCHEMA
-                result.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
-        return result
+        if issubclass(request.schema, TextOutput):  # a served verdict in its own words: "yes, because ..."
+            word = _VERDICT_WORD.match(text)
+            rest = text[word.end() :] if word else text
+            parse = (
+                f"{word.group(1).capitalize()}\nReason: {rest}"
+                if word and rest
+                else (word.group(1).capitalize() if word else text)
+            )
+        else:  # a JSON reply some servers fence as markdown
+            parse = _FENCE.sub("", text)
+        return result.read_reply(
+            text, capped=choice.get("finish_reason") == "length" and mode == PROMPT_MODE, parse=parse
+        )
 
     def _post(self, body: dict) -> dict:
         """The server's reply, within self.timeout seconds in all (every try and wait between them); ServerError

@@ -12,11 +12,8 @@ from collections import defaultdict, deque
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
 from offline_sumscore.core.errors import Failure
-from offline_sumscore.core.schemas import parse_output
-from offline_sumscore.core.stages import StageRequest, StageResult
+from offline_sumscore.core.stages import StageRequest, StageResult, cap_error
 from offline_sumscore.engine import Engine
 
 
@@ -83,13 +80,9 @@ class ScriptedEngine(Engine):
             )
             if self.context_tokens is not None and self.words(req) > self.context_tokens:
                 res.error_kind, res.error = Failure.CONTEXT, "prompt longer than the scripted context"
-            elif isinstance(text, Truncated):
-                res.error_kind, res.error = Failure.CAP, f"hit the {res.cap}-token cap before the JSON closed"
+            elif isinstance(text, Truncated):  # cut by its cap whatever it holds, as a capped reply is
+                res.error_kind, res.error = Failure.CAP, cap_error(res.cap)
             else:
-                try:
-                    res.value = parse_output(req.schema, text)
-                except (ValidationError, ValueError) as exc:
-                    res.error_kind = Failure.SCHEMA
-                    res.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+                res.read_reply(text)
             results.append(res)
         return results

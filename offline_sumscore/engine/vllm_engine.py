@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Sequence
 
 from offline_sumscore.core.errors import Failure, UsageError
-from offline_sumscore.core.schemas import Likelihood, parse_output
+from offline_sumscore.core.schemas import Likelihood
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import Engine, Feed, run_as_stream
 from offline_sumscore.engine.choice_logprobs import CHOICE_LOGPROBS, choice_probs
@@ -252,20 +252,12 @@ class VLLMEngine(Engine):
             return
         gen = out.outputs[0]
         body = [t for t in gen.token_ids if t not in self._eos_ids]
-        result.raw_output = self.judge.tokenizer.decode(body, skip_special_tokens=True)
         result.tokens_out = result.decoded_tokens = len(gen.token_ids)
         self.stats["decoded_tokens"] += len(gen.token_ids)
         if request.verdict_choice and gen.logprobs:
             result.choice_probs = self._choice_probs(request.verdict_choice, gen.token_ids, gen.logprobs)
-        try:
-            result.value = parse_output(request.schema, result.raw_output)
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            if gen.finish_reason == "length":
-                result.error_kind = Failure.CAP
-                result.error = f"hit the {result.cap}-token cap before the output closed; raw output kept"
-            else:
-                result.error_kind = Failure.SCHEMA
-                result.error = f"output does not match the schema: {str(exc).splitlines()[0]}"
+        text = self.judge.tokenizer.decode(body, skip_special_tokens=True)
+        result.read_reply(text, capped=gen.finish_reason == "length")
 
     def _likelihood(self, result: StageResult, out, first: int) -> None:
         """Each statement token's log-probability after everything before it, and the token the judge expected

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from offline_sumscore.core.errors import Failure, ModelLoadError, check_count
-from offline_sumscore.core.schemas import Likelihood, parse_output
+from offline_sumscore.core.schemas import Likelihood
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import DEFAULT_IN_FLIGHT, Engine, Feed, run_as_stream
 from offline_sumscore.engine.cpu.host_heap import HeapTrimmer
@@ -302,7 +302,7 @@ class TransformersEngine(Engine):
         res = StageResult(
             request=row.request,
             value=None,
-            raw_output=text,
+            raw_output=text,  # read_reply below keeps it too; a failed row keeps it here
             prompt=row.prompt,
             tokens_in=len(row.prompt_ids),
             tokens_out=len(row.out),
@@ -320,14 +320,7 @@ class TransformersEngine(Engine):
         if likelihood:
             res.value = self._likelihood(row)
             return res
-        from pydantic import ValidationError
-
-        try:
-            res.value = parse_output(row.request.schema, text)
-        except (ValidationError, ValueError) as exc:
-            message = f"output does not match the schema: {str(exc).splitlines()[0]}"
-            return replace(res, error_kind=Failure.SCHEMA, error=message)
-        return res
+        return res.read_reply(text)
 
     def _likelihood(self, row: Row) -> Likelihood:
         texts = self.grammars.token_texts

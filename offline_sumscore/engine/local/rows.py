@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from offline_sumscore.core.errors import Failure
-from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.core.stages import StageRequest, cap_error
 from offline_sumscore.engine.local.drafts import NgramIndex
 
 
@@ -148,5 +148,5 @@ class Row:
         """Its output reached its token cap: it fails, its raw output kept. Returns whether it did."""
         if len(self.out) < self.cap:
             return False
-        self.fail(Failure.CAP, f"hit the {self.cap}-token cap before the JSON closed; raw output kept")
+        self.fail(Failure.CAP, cap_error(self.cap))
         return True
