@@ -1,6 +1,7 @@
 """The only types that cross between scorers and engines.
 
-A scorer turns samples into StageRequests; an engine answers each with a StageResult, in the same order.
+A scorer turns samples into StageRequests; an engine answers each with a StageResult that carries its request, and
+the scorer reads each reply by its request's identity (scorers/waves.py).
 The engine never knows which metric asked; the scorer never sees a tensor.
 """
 
@@ -30,6 +31,9 @@ class StageRequest:
     # A likelihood request: nothing is generated; the engine scores this text as the start of the judge's reply
     # and answers with schemas.Likelihood (mean log-probability per token).
     continuation: str | None = None
+    # Which request of its plan's wave this is (scorers/waves.py): its reply is read back by it, never by its place.
+    # Not part of key: identical requests are still merged and cached as one.
+    request_id: str = ""
 
     @cached_property  # cache key and output sizing; computed once per request
     def schema_json(self) -> str:

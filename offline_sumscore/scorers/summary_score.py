@@ -35,7 +35,8 @@ from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
 from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD
-from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE, Replies, VerdictStage
+from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE, VerdictStage
+from offline_sumscore.scorers.waves import Wave
 
 SAFETY_BOUND = 50  # keyphrases and questions per list: Ragas sets no number; this only stops a degenerate list
 ANSWERS = ("auto", "questions", "likelihood")
@@ -164,35 +165,46 @@ class SummaryScore(ScorerBase):
         key = (lambda stage, k: stage) if len(pieces) == 1 else (lambda stage, k: f"{stage}.{k}")
         weights = [len(p) for p in pieces]
         drawing = [(k, n) for k, n in enumerate(allot(self.max_keyphrases, weights)) if n > 0]
-        replies = yield [
-            StageRequest(
+        wave = Wave(sample.id)
+        for k, n in drawing:
+            keyphrases_request = StageRequest(
                 sample.id,
                 "keyphrases",
                 tuple(prompts.keyphrases_prompt(pieces[k])),
                 schemas.keyphrases_list(n, self.max_text_chars),
             )
-            for k, n in drawing
-        ]
-        found = {k: list(require(r, stages, key("keyphrases", k)).keyphrases) for (k, _), r in zip(drawing, replies)}
+            wave.ask(("keyphrases", k), keyphrases_request)
+        replies = wave.replies((yield wave.requests))
+        found = {
+            k: list(require(replies.one(("keyphrases", k)), stages, key("keyphrases", k)).keyphrases)
+            for k, _ in drawing
+        }
         keyphrases = [phrase for k, _ in drawing for phrase in found[k]]
         asking = [(k, n) for k, n in enumerate(allot(self.max_questions, weights)) if n > 0]
-        replies = yield [questions_request(pieces[k], found.get(k, []), n) for k, n in asking]
+        wave = Wave(sample.id)
+        for k, n in asking:
+            wave.ask(("questions", k), questions_request(pieces[k], found.get(k, []), n))
+        replies = wave.replies((yield wave.requests))
         questions = [
-            q for (k, _), r in zip(asking, replies) for q in require(r, stages, key("ragas_questions", k)).questions
+            q
+            for k, _ in asking
+            for q in require(replies.one(("questions", k)), stages, key("ragas_questions", k)).questions
         ]
         # One request per question: the summary is their shared prefix, computed once by the engine.
-        replies = yield [
-            StageRequest(
+        wave = Wave(sample.id)
+        for i, q in enumerate(questions):
+            answer_request = StageRequest(
                 sample.id,
                 "ragas_answers",
                 tuple(prompts.ragas_answer_prompt(sample.summary, q)),
                 schemas.ragas_answer(),
                 verdict_choice=("1", "0"),
             )
-            for q in questions
-        ]
-        answers = [require(r, stages, f"ragas_answers.{i}").answer for i, r in enumerate(replies)]
-        p_yes = [first_prob(r) for r in replies]
+            wave.ask(("answer", i), answer_request)
+        replies = wave.replies((yield wave.requests) if wave.requests else [])
+        answered = [replies.one(("answer", i)) for i in range(len(questions))]
+        answers = [require(r, stages, f"ragas_answers.{i}").answer for i, r in enumerate(answered)]
+        p_yes = [first_prob(r) for r in answered]
         design = {"design.answers": "questions"}
         return self._result(sample, keyphrases, questions, answers, p_yes, design, stages, source_pieces=len(pieces))
 
@@ -200,11 +212,12 @@ class SummaryScore(ScorerBase):
         """The tiny-judge mode: the text's key sentences, each checked against the summary by likelihood."""
         stages: dict[str, dict] = {}
         items = key_sentences(sample.source, self.key_sentences)  # never empty: a sample's source has text
-        replies = Replies(
-            (yield [r for item in items for r in LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item)])
-        )
+        wave = Wave(sample.id)
+        for i, item in enumerate(items):
+            wave.ask(("answer", i), LIKELIHOOD.requests(sample.id, "ragas_answers", sample.summary, item))
+        replies = wave.replies((yield wave.requests))
         got = [
-            LIKELIHOOD.read(replies.take(LIKELIHOOD.width), stages, f"ragas_answers.{i}", sample.summary)
+            LIKELIHOOD.read(replies.of(("answer", i)), stages, f"ragas_answers.{i}", sample.summary)
             for i in range(len(items))
         ]
         answers, p_yes = ["1" if g["verdict"] else "0" for g in got], [g["p"] for g in got]

@@ -28,7 +28,6 @@ not generated: it costs no tokens and cannot contradict them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from offline_sumscore.core import prompts
@@ -43,16 +42,20 @@ from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
 from offline_sumscore.scorers.design import SOFT_COVERAGE, rules_recorded, stage_defaults
 from offline_sumscore.scorers.reasons import compose_reason
 from offline_sumscore.scorers.two_axis_stages import (
+    ITEM_NOUNS,
     LIKELIHOOD_RULE,
-    Replies,
+    Coverage,
     VerdictStage,
     claims_read,
     claims_request,
     figure_checked,
     figures_beyond_claims,
+    groups,
+    halves,
     questions_read,
     questions_request,
 )
+from offline_sumscore.scorers.waves import Wave
 
 CLAIM_PART_SENTENCES = 8  # atomic claims are asked of at most this many summary sentences at a time
 CLAIMS_BOUND = 64  # safety bound of one claims list; a list that reaches it is asked again in halves
@@ -288,24 +291,30 @@ class SummarizationScorer(ScorerBase):
         coverage needs them, the questions the judge draws from each piece (into coverage.items and .dropped)."""
         sentences = summary_sentences(sample.summary)
         atomic = self.design["claims"] == "atomic"
-        parts = [" ".join(part) for part in _groups(sentences, CLAIM_PART_SENTENCES)] if atomic else []
+        parts = [" ".join(part) for part in groups(sentences, CLAIM_PART_SENTENCES)] if atomic else []
         asking = []
         if coverage.items is None:
             asking = [(k, n) for k, n in enumerate(allot(self.max_questions, [len(p) for p in pieces])) if n > 0]
-        wave = [self._claims_request(sample.id, part) for part in parts]
+        wave = Wave(sample.id)
+        for k, part in enumerate(parts):
+            wave.ask(("claims", k), self._claims_request(sample.id, part))
         exact = self.flavor == "deepeval"
-        wave += [self._questions_request(sample.id, pieces[k], n, exact=exact) for k, n in asking]
-        if not wave:
+        for k, n in asking:
+            wave.ask(("questions", k), self._questions_request(sample.id, pieces[k], n, exact=exact))
+        if not wave.requests:
             return sentences
-        replies = Replies((yield wave))
+        replies = wave.replies((yield wave.requests))
         claims = sentences
         if parts:
-            claims = yield from self._atomic_claims(sample.id, parts, replies.take(len(parts)), stages)
+            asked = [replies.one(("claims", k)) for k in range(len(parts))]
+            claims = yield from self._atomic_claims(sample.id, parts, asked, stages)
         if coverage.items is None:
             drawn = [
                 q
-                for (k, _), r in zip(asking, replies.take(len(asking)))
-                for q in questions_read(r, stages, "questions" if len(pieces) == 1 else f"questions.{k}")
+                for k, _ in asking
+                for q in questions_read(
+                    replies.one(("questions", k)), stages, "questions" if len(pieces) == 1 else f"questions.{k}"
+                )
             ]
             coverage.items, coverage.dropped = distinct_questions(drawn)
         return claims
@@ -320,38 +329,42 @@ class SummarizationScorer(ScorerBase):
         # the source, not as a quote from it (prompts.likelihood_prompt). Claims in "sentences" mode are the
         # summary's sentences (_claims_and_questions).
         whole = self.design["claims"] == "sentences" and len(claims) == 1
-        wave = [
-            req
-            for claim in claims
-            for piece in pieces
-            for req in verdict.requests(sid, "support", piece, claim, whole_summary=whole)
-        ]
-        for item in asked:
-            wave += verdict.requests(sid, "coverage", sample.summary, item, ask)
+        wave = Wave(sid)
+        for i, claim in enumerate(claims):
+            for k, piece in enumerate(pieces):
+                wave.ask(("support", i, k), verdict.requests(sid, "support", piece, claim, whole_summary=whole))
+        for j, item in enumerate(asked):
+            wave.ask(("coverage", j), verdict.requests(sid, "coverage", sample.summary, item, ask))
             if deepeval_q:
-                wave += [r for p in pieces for r in verdict.requests(sid, "source_answer", p, item, "answerable")]
-        replies = Replies((yield wave) if wave else [])
+                for k, p in enumerate(pieces):
+                    wave.ask(("source_answer", j, k), verdict.requests(sid, "source_answer", p, item, "answerable"))
+        replies = wave.replies((yield wave.requests) if wave.requests else [])
         judged = [
             self._judged_claim(claim, i, pieces, replies, stages, sample.source) for i, claim in enumerate(claims)
         ]
         verdicts = []
         for j in range(len(asked)):
-            got = verdict.read(replies.take(verdict.width), stages, f"coverage.{j}", sample.summary)
+            got = verdict.read(replies.of(("coverage", j)), stages, f"coverage.{j}", sample.summary)
             entry = {"answered": got["verdict"], "p_answered": got["p"]}
             entry.update({k: v for k, v in got.items() if k in VERDICT_DETAILS})
             if deepeval_q:
                 keys = [f"source_answer.{j}" + (f".{k}" if len(pieces) > 1 else "") for k in range(len(pieces))]
-                answers = [verdict.read(replies.take(verdict.width), stages, key, p) for key, p in zip(keys, pieces)]
+                answers = [
+                    verdict.read(replies.of(("source_answer", j, k)), stages, key, p)
+                    for k, (key, p) in enumerate(zip(keys, pieces))
+                ]
                 entry["source_answered"] = any(a["verdict"] for a in answers)
             verdicts.append(entry)
         return judged, verdicts
 
-    def _judged_claim(self, claim: str, i: int, pieces: list[str], replies: Replies, stages: dict, source: str) -> dict:
+    def _judged_claim(self, claim: str, i: int, pieces: list[str], replies, stages: dict, source: str) -> dict:
         """A claim's entry: supported when any piece of the source supports it (the most confident piece wins), and
         then the figure check's word on it (figure_checked)."""
         verdict, n_pieces = self.verdict_stage, len(pieces)
         keys = [f"support.{i}" + (f".{k}" if n_pieces > 1 else "") for k in range(n_pieces)]
-        found = [verdict.read(replies.take(verdict.width), stages, key, p) for key, p in zip(keys, pieces)]
+        found = [
+            verdict.read(replies.of(("support", i, k)), stages, key, p) for k, (key, p) in enumerate(zip(keys, pieces))
+        ]
         best = max(range(n_pieces), key=lambda k: (found[k]["verdict"], found[k]["p"] or 0))
         entry = {"claim": claim, "supported": found[best]["verdict"], "p_supported": found[best]["p"]}
         entry.update({k: v for k, v in found[best].items() if k in VERDICT_DETAILS})
@@ -441,9 +454,9 @@ class SummarizationScorer(ScorerBase):
         while any(c is None for c in claims_of):
             round_ += 1
             full = [k for k, c in enumerate(claims_of) if c is None]
-            halves = {k: _halves(parts[k]) for k in full}
+            split = {k: halves(parts[k]) for k in full}
             for k in full:
-                if len(halves[k]) < 2:
+                if len(split[k]) < 2:
                     raise JudgeOutputError(
                         f"the judge listed {self.max_claims} claims, the bound, for one sentence of the summary",
                         stage="claims",
@@ -451,7 +464,11 @@ class SummarizationScorer(ScorerBase):
                         sample_id=sample_id,
                         kind=Failure.BOUND,
                     )
-            replies = yield [self._claims_request(sample_id, half) for k in full for half in halves[k]]
+            wave = Wave(sample_id)
+            for k in full:
+                for h, half in enumerate(split[k]):
+                    wave.ask(("half", k, h), self._claims_request(sample_id, half))
+            replies = wave.replies((yield wave.requests))
             new_parts, new_claims, new_raws, at = [], [], [], 0
             for k, part in enumerate(parts):
                 if claims_of[k] is not None:
@@ -459,41 +476,12 @@ class SummarizationScorer(ScorerBase):
                     new_claims.append(claims_of[k])
                     new_raws.append(raws[k])
                     continue
-                for half in halves[k]:
-                    found = claims_read(replies[at], stages, f"claims.split{round_}.{at}")
+                for h, half in enumerate(split[k]):
+                    reply = replies.one(("half", k, h))
+                    found = claims_read(reply, stages, f"claims.split{round_}.{at}")
                     new_parts.append(half)
                     new_claims.append(None if len(found) >= self.max_claims else found)
-                    new_raws.append(replies[at].raw_output)
+                    new_raws.append(reply.raw_output)
                     at += 1
             parts, claims_of, raws = new_parts, new_claims, new_raws
         return [c for part in claims_of for c in part]
-
-
-@dataclass
-class Coverage:
-    """What coverage is checked against: where the items come from (coverage_from), the items (None until the judge
-    draws them), how each is asked of the summary, and drawn questions that were not counted."""
-
-    source: str
-    items: list[str] | None
-    ask: str
-    dropped: list[dict] = field(default_factory=list)
-
-
-ITEM_NOUNS = {
-    "questions": "questions",
-    "user_questions": "questions",
-    "key_facts": "key facts",
-    "key_sentences": "key sentences of the source",
-}
-
-
-def _halves(part: str) -> list[str]:
-    """A part of the summary in two halves of whole sentences (one sentence stays whole: it cannot be halved)."""
-    found = summary_sentences(part)
-    middle = (len(found) + 1) // 2
-    return [" ".join(found[:middle]), " ".join(found[middle:])] if len(found) > 1 else [part]
-
-
-def _groups(items: list[str], size: int) -> list[list[str]]:
-    return [items[k : k + size] for k in range(0, len(items), size)] or [[]]

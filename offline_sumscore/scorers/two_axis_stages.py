@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.coverage_items import summary_sentences
@@ -366,18 +366,6 @@ def weakest_token(
     }
 
 
-class Replies:
-    """A wave's replies, handed to each stage in the order its requests went into the wave."""
-
-    def __init__(self, results: list[StageResult]):
-        self.results, self.at = results, 0
-
-    def take(self, n: int) -> list[StageResult]:
-        part = self.results[self.at : self.at + n]
-        self.at += n
-        return part
-
-
 def figure_checked(entry: dict, source: str) -> dict:
     """The figure check's word on a judged claim (core.figures.figure_check), for every judge: each number, amount,
     percentage or date of the claim that the source does not state is named in `figures`. Where the source's
@@ -433,3 +421,33 @@ def figures_beyond_claims(summary: str, source: str, judged: list[dict]) -> tupl
             )
         named += [dict(finding, summary_sentence=sentence) for finding in found if not finding["source_says"]]
     return added, named
+
+
+@dataclass
+class Coverage:
+    """What coverage is checked against: where the items come from (coverage_from), the items (None until the judge
+    draws them), how each is asked of the summary, and drawn questions that were not counted."""
+
+    source: str
+    items: list[str] | None
+    ask: str
+    dropped: list[dict] = field(default_factory=list)
+
+
+ITEM_NOUNS = {
+    "questions": "questions",
+    "user_questions": "questions",
+    "key_facts": "key facts",
+    "key_sentences": "key sentences of the source",
+}
+
+
+def halves(part: str) -> list[str]:
+    """A part of the summary in two halves of whole sentences (one sentence stays whole: it cannot be halved)."""
+    found = summary_sentences(part)
+    middle = (len(found) + 1) // 2
+    return [" ".join(found[:middle]), " ".join(found[middle:])] if len(found) > 1 else [part]
+
+
+def groups(items: list[str], size: int) -> list[list[str]]:
+    return [items[k : k + size] for k in range(0, len(items), size)] or [[]]
