@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.analysis.agreement import balanced_accuracy, with_interval  # noqa: E402
 from offline_sumscore.analysis.calibration import calibrate  # noqa: E402
-from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD  # noqa: E402
+from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 PARTS = {"cnndm": "CNN/DM", "bbc": "BBC/XSum"}

@@ -32,7 +32,7 @@ def load_tree(tree: Path | None):
         sys.path.insert(0, str(HERE.parent))
     from offline_sumscore.engine.judge import load_judge
     from offline_sumscore.engine.local import TransformersEngine
-    from offline_sumscore.scorers.two_axis_stages import VerdictStage
+    from offline_sumscore.scorers.stages.verdict import VerdictStage
 
     try:
         from offline_sumscore.core.figures import figure_check

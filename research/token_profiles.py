@@ -3,7 +3,7 @@
     python research/token_profiles.py                  # every set: perturbations, FRANK, SummEval dev, REALSumm
     python research/token_profiles.py --sets frank
 
-Each statement is asked as the product asks it (scorers.two_axis_stages.VerdictStage, the embedded judge's bare
+Each statement is asked as the product asks it (scorers.stages.verdict.VerdictStage, the embedded judge's bare
 likelihood prompt): its tokens' log-probabilities after the text and without it (the baseline), and the token the
 judge expected most at each place, with its log-probability. A summary of one sentence is asked as the product asks
 it, as the judge's one-sentence summary ("whole_summary"); every other statement as a quote. Sets:
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from offline_sumscore.core.coverage_items import summary_sentences  # noqa: E402
 from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
-from offline_sumscore.scorers.two_axis_stages import VerdictStage  # noqa: E402
+from offline_sumscore.scorers.stages.verdict import VerdictStage  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 DATA: Path | None = None  # the folder of the agreement files, from --data-dir

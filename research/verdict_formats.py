@@ -33,7 +33,7 @@ from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, with
 from offline_sumscore.core import prompts, schemas  # noqa: E402
 from offline_sumscore.core.stages import StageRequest  # noqa: E402
 from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
-from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD  # noqa: E402
+from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA: Path | None = None  # the folder of the agreement files, from --data-dir

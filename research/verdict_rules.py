@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from offline_sumscore.analysis.agreement import balanced_accuracy, bootstrap_interval, roc_auc, spearman  # noqa: E402
 from offline_sumscore.core.coverage_items import content_words  # noqa: E402
 from offline_sumscore.core.schemas import Likelihood  # noqa: E402
-from offline_sumscore.scorers.two_axis_stages import fact_kind, typed_conflict  # noqa: E402
+from offline_sumscore.scorers.stages.likelihood import fact_kind, typed_conflict  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "results" / "runs"
@@ -155,7 +155,7 @@ RULES = {
     **{r.__name__: r for r in (rule_conflict(w, c, True) for w in (0.5, 1.0) for c in (0.5, 0.8))},
     **{r.__name__: r for r in OWN_THRESHOLD},
 }
-CHOSEN = "mean + 0.5 x same-kind conflict (p >= 0.5)"  # the product's rule (scorers/two_axis_stages.py)
+CHOSEN = "mean + 0.5 x same-kind conflict (p >= 0.5)"  # the product's rule (scorers/stages/likelihood.py)
 
 
 def threshold_of(rule) -> float:
@@ -342,7 +342,7 @@ while comparing; no setting was picked by it, but it was seen.
 Later, reading the faithful CNN/DM and SummEval sentences that the rule still penalised: a negation counted as a
 swap when both sides were one ("n't" where the judge expected "not"; a tokenized "did n't" read as the word "n").
 A swap of negations now needs the sense to flip (one side a negation, the other not), with the contraction the
-tokenizer cut joined back on (two_axis_stages.written_token). That mended CNN/DM 0.835 -> 0.841 and SummEval
+tokenizer cut joined back on (scorers/stages/likelihood.written_token). That mended CNN/DM 0.835 -> 0.841 and SummEval
 0.451 -> 0.463, and moved no perturbation figure; it was a bug, found on the labelled data.
 
 "SummEval other 48": the 48 SummEval documents of the file that the 10-document development pick leaves out,

@@ -31,7 +31,7 @@ from offline_sumscore.core.errors import Failure, InputError, UsageError, WriteE
 from offline_sumscore.core.results import FailedRow
 from offline_sumscore.core.samples import BadRow, Sample, checked_sample, source_hash
 from offline_sumscore.runs.record import RecordRows, Span, append_whole, dumps, finished_rows, rewrite
-from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE
+from offline_sumscore.scorers.stages.likelihood import LIKELIHOOD_RULE
 
 DEFAULT_CHUNK_SIZE = 32
 

@@ -11,7 +11,7 @@ score = QA*(1-coeff) + conciseness*coeff with length_penalty, else QA. Not round
 The tiny-judge mode (answers="likelihood", what "auto" picks for the embedded judge): the embedded 135M judge answers
 "1" to anything (QA 1.0 on every SummEval item: Spearman 0.04 with the experts' mean), so instead of keyphrases and
 questions it takes the text's first key_sentences sentences as the items, and checks each against the summary by
-likelihood, as the two-axis coverage does (two_axis_stages.VerdictStage): an item's answer is "1" when the summary
+likelihood, as the two-axis coverage does (scorers/stages/verdict.py): an item's answer is "1" when the summary
 makes the judge expect the sentence (its verdict score at least 2.0 nats per token), and its P("1") the sigmoid of
 the margin. Keyphrases are then empty and the questions are those sentences; the rows' settings record the mode.
 
@@ -34,8 +34,8 @@ from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
-from offline_sumscore.scorers.two_axis import LIKELIHOOD_THRESHOLD
-from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE, VerdictStage
+from offline_sumscore.scorers.stages.likelihood import LIKELIHOOD_RULE
+from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD, VerdictStage
 from offline_sumscore.scorers.waves import Wave
 
 SAFETY_BOUND = 50  # keyphrases and questions per list: Ragas sets no number; this only stops a degenerate list

@@ -17,8 +17,8 @@ A verdict is read from the judge's distribution in one forward pass, never from 
 - verdicts="likelihood": the judge's mean log-probability per token of the statement after the text, minus the
   same without the text (stage "baseline"): how much the text makes the judge expect the statement (PMI), less
   the PMI of its worst fact conflict (a number, name or negation where the text makes the judge confident of
-  another token: two_axis_stages.typed_conflict). The verdict is that score >= likelihood_threshold nats per token
-  and P(yes) = sigmoid(score - threshold); the entry keeps the mean PMI, the conflict and the score.
+  another token: scorers/stages/likelihood.typed_conflict). The verdict is that score >= likelihood_threshold nats
+  per token and P(yes) = sigmoid(score - threshold); the entry keeps the mean PMI, the conflict and the score.
 The defaults follow the judge (design.EMBEDDED_STAGES, BROUGHT_STAGES); each row's settings record the choice.
 
 Then pure arithmetic (arithmetic.two_axis_score) in the chosen flavor. The reason is composed from the verdicts,
@@ -41,25 +41,22 @@ from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
 from offline_sumscore.scorers.design import SOFT_COVERAGE, rules_recorded, stage_defaults
 from offline_sumscore.scorers.reasons import compose_reason
+from offline_sumscore.scorers.stages.claims import claims_read, claims_request
+from offline_sumscore.scorers.stages.likelihood import LIKELIHOOD_RULE
+from offline_sumscore.scorers.stages.questions import questions_read, questions_request
+from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD, VerdictStage
 from offline_sumscore.scorers.two_axis_stages import (
     ITEM_NOUNS,
-    LIKELIHOOD_RULE,
     Coverage,
-    VerdictStage,
-    claims_read,
-    claims_request,
     figure_checked,
     figures_beyond_claims,
     groups,
     halves,
-    questions_read,
-    questions_request,
 )
 from offline_sumscore.scorers.waves import Wave
 
 CLAIM_PART_SENTENCES = 8  # atomic claims are asked of at most this many summary sentences at a time
 CLAIMS_BOUND = 64  # safety bound of one claims list; a list that reaches it is asked again in halves
-LIKELIHOOD_THRESHOLD = 2.0  # nats per token; see the likelihood_threshold parameter
 VERDICT_DETAILS = ("reason", "pmi", "evidence", "conflict", "verdict_score")  # kept in each claim's and item's entry
 CLAIMS_MODES = ("atomic", "sentences")
 COVERAGE_MODES = ("questions", "key_sentences")

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from offline_sumscore.analysis.calibration import best_threshold, calibrate, one_sided
 from offline_sumscore.cli import main
-from offline_sumscore.scorers.two_axis_stages import LIKELIHOOD_RULE
+from offline_sumscore.scorers.stages.likelihood import LIKELIHOOD_RULE
 from tests.conftest import write_jsonl
 
 # Each row's one claim gets PMI = its support log-probability minus the baseline's (-5.0 for every baseline).

@@ -363,7 +363,7 @@ def test_rescoring_a_saved_row_reproduces_its_score(scripted):
 def test_a_likelihood_verdict_names_its_weakest_token_with_what_the_judge_expected_there():
     """Pure reading, no model: per-token PMI is the text's log-probability minus the baseline's, token by token."""
     from offline_sumscore.core.schemas import Likelihood
-    from offline_sumscore.scorers.two_axis_stages import weakest_token
+    from offline_sumscore.scorers.stages.likelihood import weakest_token
 
     text = Likelihood(
         mean_logprob=-1.0,

@@ -4,9 +4,8 @@ given the text, expected another number lowers the verdict; a pronoun where it e
 import math
 
 from offline_sumscore.core.schemas import Likelihood
-from offline_sumscore.scorers.two_axis_stages import (
+from offline_sumscore.scorers.stages.likelihood import (
     CONFLICT_WEIGHT,
-    VerdictStage,
     expected_word,
     fact_kind,
     opens_like_the_text,
@@ -15,6 +14,7 @@ from offline_sumscore.scorers.two_axis_stages import (
     word_around,
     written_token,
 )
+from offline_sumscore.scorers.stages.verdict import VerdictStage
 
 
 def profile(tokens, with_text, without, expected, p_expected):

@@ -107,6 +107,19 @@ def test_no_module_imports_from_a_layer_above_its_own():
     assert not upward, "\n".join(upward)
 
 
+def test_the_metrics_share_their_stages_and_neither_imports_the_other():
+    """A stage both metrics ask for lives in scorers/stages/, one module a kind; summary-score reads nothing of the
+    two-axis metric's own modules, nor the two-axis metric anything of summary-score's."""
+    graph = import_graph()
+    summary = graph["offline_sumscore.scorers.summary_score"]
+    assert not {d for d in summary if d.startswith("offline_sumscore.scorers.two_axis")}, summary
+    assert "offline_sumscore.scorers.summary_score" not in graph["offline_sumscore.scorers.two_axis"]
+    shared = {d for d in summary if d.startswith("offline_sumscore.scorers.stages.")}
+    assert shared and shared <= graph["offline_sumscore.scorers.two_axis"] | {
+        d for m in graph["offline_sumscore.scorers.two_axis"] for d in graph.get(m, set())
+    }
+
+
 def test_the_package_has_no_import_cycle():
     assert cycles(import_graph()) == []
 
