@@ -4,10 +4,10 @@ transformers loads a GGUF by dequantizing every weight to float32 in memory, at 
 1.1 GB Q4_K_M file became 6.7 GB and took 16-24 s each run here, and a 7B would need about 30 GB. prepare_gguf
 instead writes, once, a Hugging Face directory (config.json, the tokenizer's files with its chat template) with
 coded.json, the list of the file's tensors that later runs use as they lie in the file (each linear weight and the
-embedding table in a type cpu/gguf_codes.py rebuilds: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K), and bfloat16 safetensors
-(shards of at most SHARD_BYTES, with a model.safetensors.index.json) for the rest: norms and biases, a few hundred
-KB for the 1.5B. load_prepared maps the file and multiplies its codes (the 1.5B's weights in the file's 1.1 GB, where
-bfloat16 took 2.9 GiB), or, on a GPU, rebuilds them there in the model's dtype.
+embedding table in a type cpu/gguf_codes.py rebuilds: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), and
+bfloat16 safetensors (shards of at most SHARD_BYTES, with a model.safetensors.index.json) for the rest: norms and
+biases, a few hundred KB for the 1.5B. load_prepared maps the file and multiplies its codes (the 1.5B's weights in
+the file's 1.1 GB, where bfloat16 took 2.9 GiB), or, on a GPU, rebuilds them there in the model's dtype.
 
 Contract:
 - The folder is root/prepared/<first 16 hex digits of the file's sha256>/: the same bytes anywhere (moved, copied,

@@ -12,7 +12,16 @@ from gguf import GGMLQuantizationType, dequantize
 from offline_sumscore.engine.cpu import gguf_codes
 
 # where each type's float16 scales lie in its block (bytes), as ggml's block structs lay them out
-HALF_FIELDS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+HALF_FIELDS = {
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q8_0": (0,),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+}
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@
 namespace {
 
 // ggml's type ids, block sizes (weights) and block bytes
-enum : int { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+enum : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 
 inline float half(const uint8_t* p) {
   uint16_t bits;
@@ -50,6 +50,35 @@ void block_q4_1(const uint8_t* b, float* y) {  // d f16, m f16, qs[16]
   for (int j = 0; j < 16; j++) {
     y[j] = static_cast<float>(qs[j] & 0xF) * d + m;
     y[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+// The fifth bit of each of 32 weights (a little-endian word qh): weight j's at bit j, weight j + 16's at bit j + 16.
+inline uint32_t high_bits(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  return qh;
+}
+
+void block_q5_0(const uint8_t* b, float* y) {  // d f16, qh[4], qs[16]
+  const float d = half(b);
+  const uint32_t qh = high_bits(b + 2);
+  const uint8_t* qs = b + 6;
+  for (int j = 0; j < 16; j++) {
+    const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+    y[j] = static_cast<float>(((qs[j] & 0xF) | h0) - 16) * d;
+    y[j + 16] = static_cast<float>(((qs[j] >> 4) | h1) - 16) * d;
+  }
+}
+
+void block_q5_1(const uint8_t* b, float* y) {  // d f16, m f16, qh[4], qs[16]
+  const float d = half(b), m = half(b + 2);
+  const uint32_t qh = high_bits(b + 4);
+  const uint8_t* qs = b + 8;
+  for (int j = 0; j < 16; j++) {
+    const int h0 = ((qh >> j) << 4) & 0x10, h1 = (qh >> (j + 12)) & 0x10;
+    y[j] = static_cast<float>((qs[j] & 0xF) | h0) * d + m;
+    y[j + 16] = static_cast<float>((qs[j] >> 4) | h1) * d + m;
   }
 }
 
@@ -125,6 +154,8 @@ Format format_of(int64_t type) {
   switch (type) {
     case Q4_0: return {32, 18, block_q4_0};
     case Q4_1: return {32, 20, block_q4_1};
+    case Q5_0: return {32, 22, block_q5_0};
+    case Q5_1: return {32, 24, block_q5_1};
     case Q8_0: return {32, 34, block_q8_0};
     case Q4_K: return {256, 144, block_q4_k};
     case Q5_K: return {256, 176, block_q5_k};

@@ -3,8 +3,8 @@
 Dequantized, Qwen2.5-Coder-1.5B's 1.1 GB Q4_K_M file was 6.7 GB of float32, or 2.9 GiB in bfloat16, and a decoding
 step streamed all of it. Here each quantized linear weight (and the embedding table) stays a view of the file's
 mapping: 4.5 bits a weight for Q4_K, 6.6 for Q6_K, so the 1.5B's weights take the file's 1.1 GB. gguf_codes.cpp
-rebuilds each block of weights exactly as llama.cpp's reference dequantization does (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
-Q6_K), checked to the bit against gguf's own dequantization on every tensor when the file is prepared
+rebuilds each block of weights exactly as llama.cpp's reference dequantization does (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+Q4_K, Q5_K, Q6_K), checked to the bit against gguf's own dequantization on every tensor when the file is prepared
 (engine/gguf_weights.py):
 - a pass of at most SMALL_ROWS rows (decoding, a draft's check, the vocabulary projection at the few places logits
   are read) rebuilds each output's weights into a float32 row and multiplies it against every input row: it streams
@@ -33,6 +33,8 @@ from offline_sumscore.engine.cpu.native_build import NativeModule
 CODED_TYPES = {
     2: ("Q4_0", 32, 18),
     3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
     8: ("Q8_0", 32, 34),
     12: ("Q4_K", 256, 144),
     13: ("Q5_K", 256, 176),
