@@ -4,6 +4,7 @@ mapping, multiplied by cpu/gguf_codes.py; elsewhere they are rebuilt once, at lo
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from offline_sumscore.core.errors import ModelLoadError
@@ -49,7 +50,6 @@ def load_prepared(folder: Path, gguf: Path, dtype, device: str, codes_in_place: 
         from offline_sumscore.engine.cpu.bf16_linears import fast_bf16_matmul
 
         compute = torch.bfloat16 if fast_bf16_matmul()[0] else torch.float32
-    held = {}
     for entry in coded:
         owner_name, _ = entry.name.rsplit(".", 1)
         owner = model.get_submodule(owner_name)
@@ -61,22 +61,18 @@ def load_prepared(folder: Path, gguf: Path, dtype, device: str, codes_in_place: 
                 replacement = gguf_codes.CodedLinear(module, entry, codes, owner.bias, scratch, compute)
             parent_name, _, child = owner_name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, child, replacement)
-            held[entry.name] = replacement
         else:
-            weight = _rebuilt(module, entry, mapping, gguf).to(dtype)
+            weight = _rebuilt(module, entry, mapping).to(dtype)
             owner.weight = torch.nn.Parameter(weight, requires_grad=False)
     if config.tie_word_embeddings:
-        _tie(model, held, scratch, compute)
+        _tie(model, scratch, compute)
     missing = [n for n, p in [*model.named_parameters(), *model.named_buffers()] if p.device.type == "meta"]
     if missing:
         raise ModelLoadError(f"{folder}: no weights for {', '.join(missing[:4])}; prepare the GGUF again (delete it)")
     if not codes_in_place:
         del mapping
         return model, tokenizer, f"rebuilt at load from the GGUF's codes ({len(coded)} tensors) into {dtype}"
-    kinds: dict[str, int] = {}
-    for entry in coded:
-        name = gguf_codes.CODED_TYPES[entry.type][0]
-        kinds[name] = kinds.get(name, 0) + 1
+    kinds = Counter(gguf_codes.CODED_TYPES[entry.type][0] for entry in coded)
     size = sum(e.rows * e.row_bytes for e in coded)
     types = ", ".join(f"{k} {v}" for k, v in kinds.items())
     said = (
@@ -92,7 +88,7 @@ def _order(entry: dict):
     return None if entry.get("permutation") is None else tuple(entry["permutation"])
 
 
-def _rebuilt(module, entry, mapping, gguf: Path):
+def _rebuilt(module, entry, mapping):
     """One coded tensor rebuilt into float32: by the kernel, else by gguf's dequantization (the same bits)."""
     import numpy as np
     import torch
@@ -108,7 +104,7 @@ def _rebuilt(module, entry, mapping, gguf: Path):
     return torch.from_numpy(np.ascontiguousarray(weights, dtype=np.float32)).reshape(entry.rows, entry.columns)
 
 
-def _tie(model, held: dict, scratch, compute) -> None:
+def _tie(model, scratch, compute) -> None:
     """A tied vocabulary projection: the embedding's codes again, or the embedding's rebuilt weight."""
     from offline_sumscore.engine.cpu import gguf_codes
 

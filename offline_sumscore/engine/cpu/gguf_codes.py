@@ -14,7 +14,7 @@ Q4_K, Q5_K, Q6_K), checked to the bit against gguf's own dequantization on every
   float32, at most SCRATCH_ELEMENTS at a time (the vocabulary projection in slices), and multiplies it with torch's
   linear. In bfloat16 its weights are those of the earlier bfloat16 preparation to the bit.
 A kernel that cannot be built here is said once, and the loader then rebuilds the weights at load instead (see
-gguf_weights.load_prepared).
+gguf_load.load_prepared).
 """
 
 from __future__ import annotations
