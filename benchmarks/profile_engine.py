@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.throughput import CONFIGS, RESULTS, OutlinesEngine, frozen_inputs, ladder_caps  # noqa: E402
 from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
-from offline_sumscore.engine.local.lab import lab  # noqa: E402
+from offline_sumscore.engine.local.lab import LabSettings  # noqa: E402
 
 CATEGORIES = [  # first match wins, on the operator's name
     ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm", "mkldnn::_linear")),
@@ -257,8 +257,8 @@ def main() -> None:
 
     def engine_with(features: EngineFeatures):
         def make(**hook) -> TransformersEngine:
-            with lab(features=features, **hook):  # the engine's developer hook: features and the timing hook
-                return TransformersEngine(judge)
+            # the engine's developer hook: features and the timing hook
+            return TransformersEngine(judge, lab=LabSettings(features=features, **hook))
 
         return make
 

@@ -61,10 +61,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from offline_sumscore import SummarizationScorer  # noqa: E402
 from offline_sumscore.core.stages import StageResult  # noqa: E402
 from offline_sumscore.engine import Engine  # noqa: E402
-from offline_sumscore.engine.grammar import GrammarCompiler  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine  # noqa: E402
 from offline_sumscore.engine.local.kv_slots import KVGeometry  # noqa: E402
-from offline_sumscore.engine.local.lab import lab  # noqa: E402
+from offline_sumscore.engine.local.lab import LabSettings  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -112,9 +111,7 @@ class OutlinesEngine(Engine):
         if judge.tokenizer.pad_token_id is None:
             judge.tokenizer.pad_token = judge.tokenizer.eos_token
         self.model = outlines.from_transformers(judge.model, judge.tokenizer)
-        if judge.grammar_compiler is None:  # the same compiled grammars our engine uses
-            judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
-        self.grammars = judge.grammar_compiler
+        self.grammars = judge.grammars()  # the same compiled grammars our engine uses
         self.generators: dict[str, object] = {}
         self.prefill_tokens = self.decoded_tokens = self.forward_passes = 0
 
@@ -551,9 +548,9 @@ def ladder_rungs(judge, caps: dict, cfg: dict, peer=None) -> dict:
     wave = full.without("continuous", "prefix_store", "drafts")  # rungs 2 to 5: the engine before the stream
 
     def engine(features: EngineFeatures = full):
-        def make() -> TransformersEngine:
-            with lab(features=features):  # the engine's developer hook: a rung is the engine with features off
-                return TransformersEngine(judge)
+        def make(**hook) -> TransformersEngine:
+            # the engine's developer hook: a rung is the engine with features off (hook: a timing hook, ...)
+            return TransformersEngine(judge, lab=LabSettings(features=features, **hook))
 
         return make
 

@@ -33,7 +33,7 @@ from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
 from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
 from offline_sumscore.engine.local.attention import RaggedPass  # noqa: E402
 from offline_sumscore.engine.local.kv_slots import KVGeometry, KVSlots  # noqa: E402
-from offline_sumscore.engine.local.lab import lab  # noqa: E402
+from offline_sumscore.engine.local.lab import LabSettings  # noqa: E402
 from research.tables import publish  # noqa: E402
 
 
@@ -54,8 +54,7 @@ def timed_run(judge, inputs, options) -> tuple[float, list[dict], list[RaggedPas
 
     KVSlots.begin = keep_layout
     try:
-        with lab(features=EngineFeatures(), on_timing=record):
-            engine = TransformersEngine(judge)
+        engine = TransformersEngine(judge, lab=LabSettings(features=EngineFeatures(), on_timing=record))
         started = time.perf_counter()
         SummarizationScorer(engine=engine, **options).score_many(inputs, on_error="return")
         wall = time.perf_counter() - started

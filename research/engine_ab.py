@@ -40,7 +40,6 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
         raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
     from benchmarks.throughput import CONFIGS, bulk_inputs, frozen_inputs, ladder_caps, ladder_rungs
     from offline_sumscore import SummarizationScorer, load_judge
-    from offline_sumscore.engine.local.lab import lab
 
     cfg = CONFIGS["cpu"]
     judge = load_judge("smollm2-135m")
@@ -58,8 +57,7 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
     for _ in range(repeats):
         for name, (make, options) in rungs.items():
             timings: list = []
-            with lab(on_timing=timings.append):
-                engine = make()
+            engine = make(on_timing=timings.append)
             started = time.perf_counter()
             results = SummarizationScorer(engine=engine, **options).score_many(inputs, on_error="return")
             wall = time.perf_counter() - started

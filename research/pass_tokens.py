@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine  # noqa: E402
-from offline_sumscore.engine.local.lab import lab  # noqa: E402
+from offline_sumscore.engine.local.lab import LabSettings  # noqa: E402
 from research.row_cap import in_turns, turns_parser, turns_table, warm_bulk  # noqa: E402
 from research.tables import publish  # noqa: E402
 
@@ -49,8 +49,7 @@ def decoder_rates(judge, rounds: int = 2) -> dict[int, list[float]]:
 
 def engine_for(judge):
     def make(pass_tokens: int) -> TransformersEngine:
-        with lab(features=EngineFeatures(), pass_tokens=pass_tokens):
-            return TransformersEngine(judge)
+        return TransformersEngine(judge, lab=LabSettings(features=EngineFeatures(), pass_tokens=pass_tokens))
 
     return make
 

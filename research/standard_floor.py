@@ -54,7 +54,6 @@ def one_run(judge, inputs: list[dict], ladder: dict) -> dict:
     from offline_sumscore import SummarizationScorer
     from offline_sumscore.engine.local import admission
     from offline_sumscore.engine.local import engine as engine_module
-    from offline_sumscore.engine.local.lab import lab
 
     prompts: list[list[int]] = []
     original = admission.rows_for
@@ -66,8 +65,7 @@ def one_run(judge, inputs: list[dict], ladder: dict) -> dict:
 
     make, options = ladder["7"][1:]
     timings: list = []
-    with lab(on_timing=timings.append):
-        engine = make()
+    engine = make(on_timing=timings.append)
     engine_module.rows_for = spy
     try:
         started = time.perf_counter()

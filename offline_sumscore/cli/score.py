@@ -342,40 +342,33 @@ def _cache(cache_path, no_cache):
 
 
 def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, taken: dict, cache):
-    """score_file with the engine the flags chose: a served judge, a pool of Ray actors, or the local engine."""
+    """score_file with the engine spec the flags give; score_file resolves its auto (build.resolve), as it does for
+    every caller."""
+    from offline_sumscore.engine.build import EngineSpec
     from offline_sumscore.runs.files import Output, score_file
-    from offline_sumscore.runs.ray_pool import RayPool
 
-    engine, chosen = None, None
-    if not taken["judge_url"] and taken["engine_kind"] in ("auto", "local", "vllm"):
-        from offline_sumscore.engine.build import choose_engine
-
-        taken["engine_kind"], chosen = choose_engine(taken["engine_kind"], opts.get("model"), opts.get("device"))
-    if taken["judge_url"]:
-        from offline_sumscore.engine.build import served_engine
-
-        engine = served_engine(
-            taken["judge_url"],
-            taken["judge_model"],
-            concurrency=taken["judge_concurrency"],
-            timeout=taken["judge_timeout"],
-            api_key=taken["judge_api_key"],
-        )
-    if taken["engine_kind"] == "vllm":
-        if engine is not None:
-            raise click.UsageError("--engine vllm runs the judge here; --judge-url asks a server: give one of them")
-        from offline_sumscore.engine.build import vllm_engine
-
-        engine = vllm_engine(opts.get("model"), dtype=opts.get("dtype") or "auto")
-    ray = None
-    if taken["engine_kind"] == "ray":
-        ray = RayPool(
-            num_judges=taken["num_judges"],
-            address=taken["ray_address"],
-            gpus_per_judge=taken["gpus_per_judge"],
-            cpus_per_judge=taken["cpus_per_judge"],
-        )
-    model = opts.pop("model")
+    kind = taken["engine_kind"]
+    if taken["judge_url"] and kind in ("local", "vllm", "ray"):
+        raise click.UsageError(f"--engine {kind} runs the judge here; --judge-url asks a server: give one of them")
+    if taken["judge_url"] and not taken["judge_model"]:
+        raise click.UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
+    spec = EngineSpec(
+        kind="served" if taken["judge_url"] else kind,
+        model=opts.pop("model"),
+        device=opts.pop("device") or "auto",
+        dtype=opts.pop("dtype") or "auto",
+        batch_size=opts.pop("batch_size"),
+        token_budget=opts.pop("token_budget"),
+        url=taken["judge_url"],
+        served_model=taken["judge_model"],
+        api_key=taken["judge_api_key"],
+        concurrency=taken["judge_concurrency"],
+        timeout=taken["judge_timeout"],
+        ray_address=taken["ray_address"],
+        num_judges=taken["num_judges"],
+        gpus_per_judge=taken["gpus_per_judge"],
+        cpus_per_judge=taken["cpus_per_judge"],
+    )
 
     def say(message: str) -> None:
         click.echo(message, err=True)
@@ -385,18 +378,15 @@ def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, t
             input_path,
             output_path,
             metric=metric,
-            model=model,
             options=scorer_options(metric, opts),
             cache=cache,
-            engine=engine,
-            ray=ray,
+            engine=spec,
             **{k: taken[k] for k in FILE_OPTIONS},
             progress=lambda total: click.progressbar(
                 length=total, label=f"scoring ({metric})", file=sys.stderr, hidden=quiet
             ),
             notify=None if quiet else say,
             warn=say,
-            announce=f"engine: {chosen}" if chosen else None,
         )
 
 

@@ -213,14 +213,25 @@ class Judge:
     context_length: int
     decisions: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
-    grammar_compiler: Any = field(
-        default=None, repr=False
-    )  # set by the engine: compiled grammars shared by every scorer on this judge
+    grammar_compiler: Any = field(default=None, repr=False)  # made by grammars() on first use
     embedded: bool = False  # the embedded 135M judge (the scorers choose their stage designs by it)
     loaded_attention: str | None = None  # what the model was loaded with, before an engine set its own attention
     # KV slots no run holds, kept for the next (on a CPU: engine/local/forward.py Passes.take_slots)
     spare_slots: list = field(default_factory=list, repr=False)
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
+
+    def __post_init__(self):
+        if self.loaded_attention is None:  # read once, here: an engine sets its own attention on the model later
+            self.loaded_attention = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
+
+    def grammars(self):
+        """The compiled grammars of this judge's tokenizer, made on first use: one cache per loaded judge, so every
+        engine and scorer on it shares them."""
+        if self.grammar_compiler is None:
+            from offline_sumscore.engine.grammar import GrammarCompiler
+
+            self.grammar_compiler = GrammarCompiler(self.model, self.tokenizer)
+        return self.grammar_compiler
 
     def render(self, messages) -> str:
         """The chat template applied to messages whose text cannot forge the template's own special tokens."""

@@ -11,8 +11,8 @@ Requests run concurrently (`concurrency` worker threads), each within its timeou
 errors and 5xx replies are retried with exponential backoff until then, and a server that stops answering fails its
 rows, naming the timeout, instead of holding the run. The workers are daemon threads and the caller waits for their
 answers in short slices, so Ctrl-C ends a run at once (a pool's shutdown used to wait out every queued request, each
-up to its timeout times its tries: minutes). Yes/No verdicts (schemas.YesNoVerdict) are asked as plain text, with the
-answer's grammar in vLLM's `structured_outputs` field (a server that does not know it ignores it or refuses it: then
+up to its timeout times its tries: minutes). Yes/No verdicts (scorers/stages/verdict.py) are asked as plain text, with
+the answer's grammar in vLLM's `structured_outputs` field (a server that does not know it ignores it or refuses it: then
 it is dropped, loudly), and the reply's first word must be yes or no. Where a verdict is decided, the request asks
 for `top_logprobs`, and P(yes) is read from them as our engine reads it (choice_logprobs.py); a server that gives
 none leaves P(yes) unread. Likelihood verdicts need the log-probabilities of a given text, which a chat API does not

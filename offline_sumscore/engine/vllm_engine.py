@@ -19,6 +19,7 @@ import os
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 
 from offline_sumscore.core.errors import Failure, UsageError
 from offline_sumscore.core.schemas import Likelihood
@@ -94,7 +95,7 @@ class VLLMEngine(Engine):
         from offline_sumscore.engine.judge import judge_without_weights
 
         started = time.perf_counter()
-        self.judge = judge_without_weights(model)  # a .gguf file is refused there: vLLM loads model directories
+        judge = judge_without_weights(model)  # a .gguf file is refused there: vLLM loads model directories
         import torch
 
         on_gpu = torch.cuda.is_available()
@@ -107,7 +108,7 @@ class VLLMEngine(Engine):
             "enable_prefix_caching": True,
             "structured_outputs_config": {"backend": "guidance"},
             "seed": 0,
-            "max_model_len": max_model_len or self.judge.context_length,
+            "max_model_len": max_model_len or judge.context_length,
             **({"gpu_memory_utilization": 0.5} if not on_gpu else {}),
             **({"enforce_eager": enforce_eager} if enforce_eager is not None else {}),
             **({"use_tqdm_on_load": False} if quiet else {}),
@@ -116,13 +117,18 @@ class VLLMEngine(Engine):
         with warnings.catch_warnings():
             if quiet:
                 warnings.simplefilter("ignore")
-            self.llm = vllm.LLM(model=self.judge.path, **self.settings)
-        self.judge.context_length = self.settings["max_model_len"]  # what the context checks hold requests to
+            self.llm = vllm.LLM(model=judge.path, **self.settings)
         self.environment = applied
         self.version = vllm.__version__
-        self.judge.decisions["engine"] = f"vLLM {self.version}, {'GPU' if on_gpu else 'CPU build'}"
-        self.judge.dtype = dtype
-        self.judge.load_seconds = time.perf_counter() - started
+        # The judge as vLLM loaded it, a new value (the engine writes no judge's fields): the context the checks
+        # hold requests to, the dtype, and the engine named among its decisions.
+        self.judge = replace(
+            judge,
+            context_length=self.settings["max_model_len"],
+            dtype=dtype,
+            decisions={**judge.decisions, "engine": f"vLLM {self.version}, {'GPU' if on_gpu else 'CPU build'}"},
+            load_seconds=time.perf_counter() - started,
+        )
         self._next_id = 0
         self.stats = fresh_stats()
         tok = self.judge.tokenizer

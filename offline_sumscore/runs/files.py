@@ -21,6 +21,7 @@ from offline_sumscore.core.durable import replace_bytes
 from offline_sumscore.core.errors import InputError, UsageError, WriteError, check_count
 from offline_sumscore.core.run_lock import run_lock
 from offline_sumscore.core.samples import BadRow
+from offline_sumscore.engine.build import EngineSpec, resolve, with_settings
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.io.outputs import output_kind, read_results, write_rows
 from offline_sumscore.peers.mastra import to_mastra
@@ -97,7 +98,6 @@ def score_file(
     options: dict | None = None,
     cache: Any = None,
     engine: Any = None,
-    ray: RayPool | None = None,
     output_format: str = "native",
     shard_rows: int = DEFAULT_SHARD_ROWS,
     shard_format: str = "jsonl",
@@ -119,17 +119,20 @@ def score_file(
     finished rows are never lost, and resume=True finishes an interrupted run.
 
     scorer: a SummarizationScorer or SummaryScore; else one is built from metric, model, options (its keyword
-    arguments), cache and engine (a served judge). ray: score on a pool of Ray actors, each building its own scorer
-    from metric, model and options (so it takes no scorer object). progress(total) gives a context manager whose
-    value has update(n), told of every finished row; notify(message) hears of sources judged in pieces and, on a
-    resumed run, of the rows OUTPUT kept and those left to score; warn(message) of every input row skipped as bad.
-    announce: told through notify once the judge is loaded, before any row is scored (the CLI's: which engine runs,
-    and why). Raises InputError (cause "no_rows") when INPUT holds no rows: OUTPUT is not written."""
+    arguments), cache and engine: an EngineSpec (None: auto) or an engine already made. A spec's auto is resolved as
+    the CLI's is (engine/build.resolve); a spec of kind ray scores on a pool of Ray actors, each building its own
+    scorer. progress(total) gives a context manager whose value has update(n), told of every finished row;
+    notify(message) hears of sources judged in pieces and, on a resumed run, of the rows OUTPUT kept and those left
+    to score; warn(message) of every input row skipped as bad. announce: told through notify once the judge is
+    loaded, before any row is scored (default: the engine the spec resolved to, and why). Raises InputError (cause
+    "no_rows") when INPUT holds no rows: OUTPUT is not written."""
     for name, value in (("chunk_size", chunk_size), ("in_flight", in_flight), ("shard_rows", shard_rows)):
         if value is not None:
             check_count(name, value)  # before the judge loads: a typo costs no model load
     options = dict(options or {})
-    scorer = _scorer(scorer, metric, model, options, cache, engine, ray)
+    engine, chosen = _engine_choice(scorer, engine, model, options)
+    announce = announce or (chosen and f"engine: {chosen}")
+    scorer = _scorer(scorer, metric, options, cache, engine)
     if output_format not in ("native", "mastra"):
         raise UsageError(f"output_format must be native or mastra. Given: {output_format}")
     if output_format == "mastra" and scorer.metric != "two-axis":
@@ -141,10 +144,8 @@ def score_file(
     (Path(output.path) if output.sharded else Path(output.path).parent).mkdir(parents=True, exist_ok=True)
     bad = _bad_rows(items, scorer, fail_fast, notify, warn)
     with run_lock(output.lock, output.path):  # one run per OUTPUT, refused before the judge loads
-        score_chunks = None
-        if ray is not None:
-            score_chunks = ray.chunk_scorer(metric, model, options, cache)
-        elif len(bad) < len(items):
+        score_chunks = _on_ray(engine, metric, options, cache)
+        if score_chunks is None and len(bad) < len(items):
             scorer.load()  # now: a bad --model fails before OUTPUT is touched
             if announce and notify:
                 notify(announce)
@@ -181,16 +182,53 @@ def _bad_rows(items: list, scorer, fail_fast: bool, notify, warn) -> list[BadRow
     return bad
 
 
-def _scorer(scorer, metric: str, model, options: dict, cache, engine, ray):
-    """The scorer given, or one built from metric, model, options, cache and engine; refuses a mix of both."""
-    if scorer is not None and (ray is not None or options or model is not None):
+def _engine_choice(scorer, engine, model, options: dict) -> tuple[Any, str | None]:
+    """(the engine or the resolved EngineSpec the scorer is built on, the line that says which engine and why).
+    A scorer given brings its own engine; an engine given is used as it is. The engine's settings among options
+    (device, dtype, batch_size, token_budget) move into the spec, so that auto is resolved with them."""
+    if scorer is not None:
+        if engine is not None or model is not None:
+            raise UsageError(
+                "give score_file either a scorer, or metric, model, options and engine to build one (a Ray pool "
+                "builds one per actor from them), not both"
+            )
+        return None, None
+    if engine is not None and not isinstance(engine, EngineSpec):
+        if model is not None:
+            raise UsageError("give score_file a model or an engine already made on one, not both")
+        return engine, None
+    settings = {k: options.pop(k) for k in ENGINE_SETTINGS if k in options}
+    return resolve(with_settings(engine, model=model, **settings))
+
+
+ENGINE_SETTINGS = ("device", "dtype", "batch_size", "token_budget", "device_share")
+
+
+def _scorer(scorer, metric: str, options: dict, cache, engine):
+    """The scorer given, or one built from metric, options, cache and engine; refuses a mix of both."""
+    if scorer is not None and options:
         raise UsageError(
             "give score_file either a scorer, or metric, model and options to build one (a Ray pool "
             "builds one per actor from them), not both"
         )
-    if ray is not None and engine is not None:
-        raise UsageError("--engine ray runs local judges; it does not combine with --judge-url")
-    return scorer if scorer is not None else METRICS[metric](model, cache=cache, engine=engine, **options)
+    return scorer if scorer is not None else METRICS[metric](cache=cache, engine=engine, **options)
+
+
+def _on_ray(engine, metric: str, options: dict, cache):
+    """Where the spec is of kind ray: the chunk scorer of its pool of actors, each building a scorer on our engine
+    with the spec's settings (those that are not the defaults); else None."""
+    if not (isinstance(engine, EngineSpec) and engine.kind == "ray"):
+        return None
+    pool = RayPool(
+        num_judges=engine.num_judges,
+        address=engine.ray_address,
+        gpus_per_judge=engine.gpus_per_judge,
+        cpus_per_judge=engine.cpus_per_judge,
+    )
+    fields = {"device": engine.device, "dtype": engine.dtype}
+    fields.update(batch_size=engine.batch_size, token_budget=engine.token_budget)
+    settings = {k: v for k, v in fields.items() if v not in (None, "auto")}
+    return pool.chunk_scorer(metric, engine.model, {**options, **settings}, cache)
 
 
 def _rows(input_path, source_field: str, summary_field: str, id_field: str, allow_long_summary: bool) -> list:

@@ -39,6 +39,8 @@ def require_ray():
 
 
 def build_scorer(config: dict):
+    """An actor's scorer: always on our engine (a pool is our engines side by side; vLLM has its own pool)."""
+    from offline_sumscore.engine.build import EngineSpec
     from offline_sumscore.scorers import METRICS
 
     cls = METRICS[config["metric"]]
@@ -46,6 +48,7 @@ def build_scorer(config: dict):
     return cls(
         config.get("model"),
         cache=config.get("cache"),
+        engine=EngineSpec(kind="local"),
         **config.get("options", {}),
         **({"device_share": share} if share else {}),
     )

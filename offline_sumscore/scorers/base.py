@@ -20,7 +20,7 @@ from offline_sumscore.core.samples import Sample, as_sample
 from offline_sumscore.core.source_pieces import fit_pieces
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import Engine
-from offline_sumscore.engine.build import local_engine
+from offline_sumscore.engine.build import EngineSpec, build_engine, with_settings
 from offline_sumscore.engine.retry import RetryingEngine
 from offline_sumscore.engine.stage_cache import CachedEngine, StageCache
 
@@ -118,7 +118,7 @@ class ScorerBase:
         self,
         model: Any = None,
         *,
-        engine: Engine | None = None,
+        engine: Engine | EngineSpec | None = None,
         device: str = "auto",
         dtype: str = "auto",
         batch_size: int | None = None,
@@ -129,12 +129,26 @@ class ScorerBase:
         for name, value in (("batch_size", batch_size), ("token_budget", token_budget)):
             if value is not None:
                 check_count(name, value)
-        self._model, self._engine, self._stacked_engine = model, engine, None
-        self.notify: Callable[[str], None] | None = None  # where to say that a row's source goes in pieces
-        self.device, self.dtype, self.batch_size, self.token_budget = device, dtype, batch_size, token_budget
         if not 0 < device_share <= 1:
             raise UsageError(f"device_share must be in (0, 1]. Given: {device_share}")
-        self.device_share = device_share  # engines sharing one device (Ray actors with a fraction of a GPU each)
+        # The settings given one by one, or in a spec: every way in builds the same value, whose auto build.resolve
+        # decides (an engine given is used as it is).
+        spec = with_settings(
+            engine if isinstance(engine, EngineSpec) else None,
+            model=model,
+            device=device,
+            dtype=dtype,
+            batch_size=batch_size,
+            token_budget=token_budget,
+            device_share=device_share,
+        )
+        self.spec = spec  # what the engine is built from, on first use (an engine given is used as it is)
+        self._engine = engine if isinstance(engine, Engine) else None
+        self._stacked_engine = None
+        self.notify: Callable[[str], None] | None = None  # where to say that a row's source goes in pieces
+        self.device, self.dtype = spec.device, spec.dtype
+        self.batch_size, self.token_budget = spec.batch_size, spec.token_budget
+        self.device_share = spec.device_share  # engines sharing one device (Ray actors with a fraction of a GPU each)
         self.cache = cache if cache is None or isinstance(cache, StageCache) else StageCache(cache)
 
     def load(self) -> Engine:
@@ -145,14 +159,7 @@ class ScorerBase:
     def engine(self) -> Engine:
         """The engine, built on first use: constructing a scorer loads nothing."""
         if self._engine is None:
-            self._engine = local_engine(
-                self._model,
-                device=self.device,
-                dtype=self.dtype,
-                batch_size=self.batch_size,
-                token_budget=self.token_budget,
-                device_share=self.device_share,
-            )
+            self._engine = build_engine(self.spec)
         return self._engine
 
     @property

@@ -28,7 +28,7 @@ SOFT_COVERAGE = "mean P(covered) over the key sentences"
 
 # What rows record of two rules every design runs by (settings.design), so rows scored before them can be told apart:
 # a figure the claims stage dropped is still checked (two_axis_stages.figures_beyond_claims), and drawn questions are
-# closed by their grammar (schemas.CLOSED_QUESTION).
+# closed by their grammar (scorers/stages/questions.CLOSED_QUESTION).
 FIGURE_RULE = "every figure of the summary checked against the source, whether or not a claim kept it"
 CLOSED_QUESTION_RULE = "drawn questions closed by the grammar: an auxiliary verb first, one question mark last"
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core import prompts
 from offline_sumscore.core.arithmetic import join_contexts, summary_score
 from offline_sumscore.core.coverage_items import key_sentences
 from offline_sumscore.core.errors import UsageError, check_count
@@ -33,8 +33,11 @@ from offline_sumscore.core.results import SummaryScoreResult
 from offline_sumscore.core.samples import Sample, checked_sample
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest
-from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, require, soft_score
+from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, soft_score
+from offline_sumscore.scorers.stages.answers import answer_read, answer_request
+from offline_sumscore.scorers.stages.keyphrases import keyphrases_read, keyphrases_request
 from offline_sumscore.scorers.stages.likelihood import LIKELIHOOD_RULE
+from offline_sumscore.scorers.stages.questions import questions_read, ragas_questions_request
 from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD, VerdictStage
 from offline_sumscore.scorers.waves import Wave
 
@@ -150,12 +153,7 @@ class SummaryScore(ScorerBase):
         stages: dict[str, dict] = {}
 
         def questions_request(text: str, keyphrases: list[str], n: int) -> StageRequest:
-            return StageRequest(
-                sample.id,
-                "ragas_questions",
-                tuple(prompts.ragas_questions_prompt(text, keyphrases)),
-                schemas.questions_list(n, self.max_text_chars),
-            )
+            return ragas_questions_request(sample.id, text, keyphrases, n, max_text_chars=self.max_text_chars)
 
         # A text too long for the judge's context is split on sentence boundaries, sized on the questions prompt
         # with the longest keyphrase list; keyphrases and questions are drawn per piece in proportion to its length.
@@ -167,18 +165,9 @@ class SummaryScore(ScorerBase):
         drawing = [(k, n) for k, n in enumerate(allot(self.max_keyphrases, weights)) if n > 0]
         wave = Wave(sample.id)
         for k, n in drawing:
-            keyphrases_request = StageRequest(
-                sample.id,
-                "keyphrases",
-                tuple(prompts.keyphrases_prompt(pieces[k])),
-                schemas.keyphrases_list(n, self.max_text_chars),
-            )
-            wave.ask(("keyphrases", k), keyphrases_request)
+            wave.ask(("keyphrases", k), keyphrases_request(sample.id, pieces[k], n, max_text_chars=self.max_text_chars))
         replies = wave.replies((yield wave.requests))
-        found = {
-            k: list(require(replies.one(("keyphrases", k)), stages, key("keyphrases", k)).keyphrases)
-            for k, _ in drawing
-        }
+        found = {k: keyphrases_read(replies.one(("keyphrases", k)), stages, key("keyphrases", k)) for k, _ in drawing}
         keyphrases = [phrase for k, _ in drawing for phrase in found[k]]
         asking = [(k, n) for k, n in enumerate(allot(self.max_questions, weights)) if n > 0]
         wave = Wave(sample.id)
@@ -188,22 +177,15 @@ class SummaryScore(ScorerBase):
         questions = [
             q
             for k, _ in asking
-            for q in require(replies.one(("questions", k)), stages, key("ragas_questions", k)).questions
+            for q in questions_read(replies.one(("questions", k)), stages, key("ragas_questions", k))
         ]
         # One request per question: the summary is their shared prefix, computed once by the engine.
         wave = Wave(sample.id)
         for i, q in enumerate(questions):
-            answer_request = StageRequest(
-                sample.id,
-                "ragas_answers",
-                tuple(prompts.ragas_answer_prompt(sample.summary, q)),
-                schemas.ragas_answer(),
-                verdict_choice=("1", "0"),
-            )
-            wave.ask(("answer", i), answer_request)
+            wave.ask(("answer", i), answer_request(sample.id, sample.summary, q))
         replies = wave.replies((yield wave.requests) if wave.requests else [])
         answered = [replies.one(("answer", i)) for i in range(len(questions))]
-        answers = [require(r, stages, f"ragas_answers.{i}").answer for i, r in enumerate(answered)]
+        answers = [answer_read(r, stages, f"ragas_answers.{i}") for i, r in enumerate(answered)]
         p_yes = [first_prob(r) for r in answered]
         design = {"design.answers": "questions"}
         return self._result(sample, keyphrases, questions, answers, p_yes, design, stages, source_pieces=len(pieces))

@@ -323,7 +323,7 @@ class SummarizationScorer(ScorerBase):
         deepeval_q = self.flavor == "deepeval" and coverage.ask == "question"
         ask = coverage.ask if coverage.ask == "statement" or self.flavor == "mastra" else "answerable"
         # A summary of one sentence, whose claim is that sentence, is asked as the judge's one-sentence summary of
-        # the source, not as a quote from it (prompts.likelihood_prompt). Claims in "sentences" mode are the
+        # the source, not as a quote from it (stages/verdict.likelihood_prompt). Claims in "sentences" mode are the
         # summary's sentences (_claims_and_questions).
         whole = self.design["claims"] == "sentences" and len(claims) == 1
         wave = Wave(sid)

@@ -95,7 +95,6 @@ def stand_in(monkeypatch):
     for module in (offline_sumscore, judge):
         monkeypatch.setattr(module, "load_judge", load)
     monkeypatch.setattr(build, "local_engine", engine)
-    monkeypatch.setattr("offline_sumscore.scorers.base.local_engine", engine)
 
 
 def names(workdir: Path) -> dict:

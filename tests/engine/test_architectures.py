@@ -13,11 +13,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core import schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.cpu.layer_ops import fuse_layer_ops
 from offline_sumscore.engine.judge import Judge
 from offline_sumscore.engine.local import TransformersEngine
+from offline_sumscore.scorers.stages.questions import questions_list, questions_prompt
+from offline_sumscore.scorers.stages.verdict import likelihood_prompt
 from tests.conftest import SOURCE, SUMMARY, embedded_tokenizer, judge_around
 
 pytestmark = pytest.mark.model
@@ -98,11 +100,9 @@ def tiny_model(family: str, tokenizer, **overrides):
 
 def requests() -> list[StageRequest]:
     likelihood = StageRequest(
-        "a", "support", tuple(prompts.likelihood_prompt(SOURCE, style="bare")), schemas.Likelihood, continuation=SUMMARY
+        "a", "support", tuple(likelihood_prompt(SOURCE, style="bare")), schemas.Likelihood, continuation=SUMMARY
     )
-    questions = StageRequest(
-        "a", "questions", tuple(prompts.questions_prompt(SOURCE, n=2)), schemas.questions_list(2, 24)
-    )
+    questions = StageRequest("a", "questions", tuple(questions_prompt(SOURCE, n=2)), questions_list(2, 24))
     return [likelihood, questions]
 
 

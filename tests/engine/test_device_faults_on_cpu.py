@@ -19,9 +19,10 @@ from torch.overrides import TorchFunctionMode
 from transformers.integrations import sdpa_attention
 
 from offline_sumscore.engine.local import TransformersEngine, attention
-from offline_sumscore.engine.local.lab import lab
+from offline_sumscore.engine.local.lab import LabSettings
 from offline_sumscore.engine.local.plan import Feed, StepPlan
 from offline_sumscore.engine.local.sampling import unpack
+from offline_sumscore.scorers.stages.claims import claims_list
 from tests.engine.test_engine_on_embedded_judge import mix, same
 
 pytestmark = pytest.mark.model
@@ -51,8 +52,7 @@ def test_no_query_row_ever_attends_to_nothing_so_nan_attention_changes_no_row(ju
         return out.reshape(rows, heads, queries, dim)
 
     monkeypatch.setattr(attention, "_gqa", nan_on_blind_rows)
-    with lab(attention_kernel=False):  # SDPA's calls and masks, as on a GPU (the kernel builds no mask)
-        engine = TransformersEngine(judge)
+    engine = TransformersEngine(judge, lab=LabSettings(attention_kernel=False))  # SDPA's calls and masks, as on a GPU
     results = engine.run(mix())
     assert calls and blind == []
     same(reference, results)
@@ -200,7 +200,7 @@ def test_host_work_per_step_at_512_rows_takes_less_than_the_vocabulary_unpack_it
     from offline_sumscore.core import schemas
 
     engine = TransformersEngine(judge)
-    grammar = schemas.grammar_of(schemas.claims_list(3, 50))
+    grammar = schemas.grammar_of(claims_list(3, 50))
     rows = [SimpleNamespace(matcher=engine.grammars.matcher(grammar)) for _ in range(512)]
     live = list(range(512))
     sampler = engine.sampler

@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from offline_sumscore import SummaryScore
-from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core import schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
-from offline_sumscore.engine.local.lab import lab
+from offline_sumscore.engine.local.lab import LabSettings
+from offline_sumscore.scorers.stages.claims import claims_list, claims_prompt
+from offline_sumscore.scorers.stages.questions import questions_list, questions_prompt
+from offline_sumscore.scorers.stages.verdict import likelihood_prompt, question_prompt, statement_prompt, yes_no_verdict
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -32,17 +35,15 @@ def mix() -> list[StageRequest]:
         ("a", SOURCE, SUMMARY, ["Did the council vote to build a library?", "Will construction begin in March?"]),
         ("b", OTHER_SOURCE, OTHER_SUMMARY, ["Were about 200 homes evacuated?", "Will schools stay shut?"]),
     ):
-        reqs.append(StageRequest(sid, "claims", tuple(prompts.claims_prompt(summary)), schemas.claims_list(3, 50)))
-        reqs.append(
-            StageRequest(sid, "questions", tuple(prompts.questions_prompt(source, n=2)), schemas.questions_list(2, 50))
-        )
+        reqs.append(StageRequest(sid, "claims", tuple(claims_prompt(summary)), claims_list(3, 50)))
+        reqs.append(StageRequest(sid, "questions", tuple(questions_prompt(source, n=2)), questions_list(2, 50)))
         for claim in (summary, "The town has a new mayor."):
             reqs.append(
                 StageRequest(
                     sid,
                     "support",
-                    tuple(prompts.statement_prompt(source, claim, with_reason=True)),
-                    schemas.yes_no_verdict(30),
+                    tuple(statement_prompt(source, claim, with_reason=True)),
+                    yes_no_verdict(30),
                     verdict_choice=YES_NO,
                 )
             )
@@ -50,18 +51,14 @@ def mix() -> list[StageRequest]:
                 StageRequest(
                     sid,
                     "support",
-                    tuple(prompts.likelihood_prompt(source, style="bare")),
+                    tuple(likelihood_prompt(source, style="bare")),
                     schemas.Likelihood,
                     continuation=claim,
                 )
             )
             reqs.append(
                 StageRequest(
-                    sid,
-                    "baseline",
-                    tuple(prompts.likelihood_prompt("", style="bare")),
-                    schemas.Likelihood,
-                    continuation=claim,
+                    sid, "baseline", tuple(likelihood_prompt("", style="bare")), schemas.Likelihood, continuation=claim
                 )
             )
         for question in questions:
@@ -69,8 +66,8 @@ def mix() -> list[StageRequest]:
                 StageRequest(
                     sid,
                     "coverage",
-                    tuple(prompts.question_prompt(summary, question)),
-                    schemas.yes_no_verdict(None),
+                    tuple(question_prompt(summary, question)),
+                    yes_no_verdict(None),
                     verdict_choice=YES_NO,
                 )
             )
@@ -84,8 +81,7 @@ def run(judge, without=(), pass_tokens=None, attention_kernel=True, pick_kernel=
         attention_kernel=attention_kernel,
         pick_kernel=pick_kernel,
     )
-    with lab(**settings):  # the engine's developer hook
-        engine = TransformersEngine(judge, **engine_options)
+    engine = TransformersEngine(judge, lab=LabSettings(**settings), **engine_options)  # the developer hook
     return engine.run(mix()), engine.stats
 
 
@@ -122,8 +118,7 @@ def test_prompts_fed_in_chunks_equal_prompts_fed_whole(judge, full):
 def run_without_kernel(judge, kernel: str, off: str):
     """The engine's description names the kernel switched off as `off`, and where it applies (AVX-512) the kernel
     runs rather than falling back; then the mix run with the kernel off."""
-    with lab(**{kernel: False}):
-        assert TransformersEngine(judge).describe()[kernel] == off
+    assert TransformersEngine(judge, lab=LabSettings(**{kernel: False})).describe()[kernel] == off
     on = TransformersEngine(judge).describe()[kernel]
     if "AVX512" in torch.backends.cpu.get_cpu_capability():  # where it applies it must run, not fall back
         assert on.startswith("kernel"), on

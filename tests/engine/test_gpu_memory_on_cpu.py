@@ -17,12 +17,12 @@ import os
 import pytest
 import torch
 
-from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.errors import ModelLoadError
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import TransformersEngine, prefix_store
 from offline_sumscore.engine.local.kv_slots import KVSlots
 from offline_sumscore.engine.local.scheduler import planned_width
+from offline_sumscore.scorers.stages.verdict import statement_prompt, yes_no_verdict
 from tests.engine.test_engine_on_embedded_judge import mix, same
 
 pytestmark = pytest.mark.model
@@ -101,8 +101,8 @@ def verdict(i: int, source: str) -> StageRequest:
     return StageRequest(
         f"s{i}",
         "support",
-        tuple(prompts.statement_prompt(source, f"Claim number {i} is true.", with_reason=True)),
-        schemas.yes_no_verdict(30),
+        tuple(statement_prompt(source, f"Claim number {i} is true.", with_reason=True)),
+        yes_no_verdict(30),
         verdict_choice=("Y", "N"),
     )
 

@@ -11,7 +11,8 @@ import pytest
 from offline_sumscore import SummarizationScorer
 from offline_sumscore.analysis.row_diff import without_timing
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
-from offline_sumscore.engine.local.lab import lab
+from offline_sumscore.engine.local.lab import LabSettings
+from offline_sumscore.scorers.stages.questions import questions_list, questions_prompt
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -53,8 +54,7 @@ def same_rows(left, right):
 
 
 def score(judge, options, items=ITEMS, without=()):
-    with lab(features=EngineFeatures().without(*without)):
-        engine = TransformersEngine(judge)
+    engine = TransformersEngine(judge, lab=LabSettings(features=EngineFeatures().without(*without)))
     return SummarizationScorer(engine=engine, **options).score_many(items), engine
 
 
@@ -87,8 +87,7 @@ def test_a_prefix_evicted_and_recomputed_gives_the_same_rows(judge):
     # computed again.
     runs = {}
     for budget in (None, 300):
-        with lab(store_tokens=budget):
-            engine = TransformersEngine(judge)
+        engine = TransformersEngine(judge, lab=LabSettings(store_tokens=budget))
         scorer = SummarizationScorer(engine=engine, **DECODING)
         first = scorer.score_many(ITEMS[:2])
         before = engine.stats.stored_tokens
@@ -100,18 +99,15 @@ def test_a_prefix_evicted_and_recomputed_gives_the_same_rows(judge):
 
 
 def test_identical_requests_in_flight_are_computed_once(judge):
-    from offline_sumscore.core import prompts, schemas
     from offline_sumscore.core.stages import StageRequest
 
     # A source's questions, asked for each of three summaries of it.
     reqs = [
-        StageRequest(sid, "questions", tuple(prompts.questions_prompt(SOURCE, n=2)), schemas.questions_list(2, 40))
-        for sid in "abc"
+        StageRequest(sid, "questions", tuple(questions_prompt(SOURCE, n=2)), questions_list(2, 40)) for sid in "abc"
     ]
     engine = TransformersEngine(judge)
     results = engine.run(reqs)
-    with lab(features=EngineFeatures(prefix_store=False)):
-        alone = TransformersEngine(judge).run(reqs[:1])[0]
+    alone = TransformersEngine(judge, lab=LabSettings(features=EngineFeatures(prefix_store=False))).run(reqs[:1])[0]
     assert all(r.ok for r in results) and [r.raw_output for r in results] == [alone.raw_output] * 3
     assert [r.cached for r in results] == [False, True, True] and [r.request.sample_id for r in results] == list("abc")
     assert engine.stats.decoded_tokens == alone.decoded_tokens  # decoded once

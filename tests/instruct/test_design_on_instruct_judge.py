@@ -10,7 +10,7 @@ from importlib import resources
 import pytest
 
 from offline_sumscore import SummarizationScorer, SummaryScore
-from offline_sumscore.core.schemas import is_closed_question
+from offline_sumscore.scorers.stages.questions import is_closed_question
 
 pytestmark = pytest.mark.model
 DEMO = [

@@ -14,11 +14,12 @@ import time
 import pytest
 
 from offline_sumscore import FailedRow, SummarizationScorer, SummaryScore, summary_score, two_axis_score
-from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.coverage_items import key_sentences, summary_sentences
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import TransformersEngine
 from offline_sumscore.scorers.design import SOFT_COVERAGE, stage_defaults
+from offline_sumscore.scorers.stages.questions import questions_list, questions_prompt
+from offline_sumscore.scorers.stages.verdict import ONE_SENTENCE_SUMMARY_INSTRUCTION
 from tests.conftest import SOURCE, SUMMARY
 
 pytestmark = pytest.mark.model
@@ -44,7 +45,7 @@ def test_the_embedded_judge_runs_its_norms_mlps_and_rotary_on_one_pass_kernels_w
         assert said.startswith("torch's operators (the layer kernels need AVX-512"), said
         return
     assert said.endswith("61 RMSNorms, 30 SiLU MLPs, rotary embedding (llama)"), said
-    ids = judge.tokenizer(judge.render(prompts.questions_prompt(SOURCE, n=2)), return_tensors="pt")["input_ids"]
+    ids = judge.tokenizer(judge.render(questions_prompt(SOURCE, n=2)), return_tensors="pt")["input_ids"]
     home = sys.modules[type(judge.model.model.layers[0]).__module__]
     with torch.inference_mode():
         with layer_ops.torch_operators(judge.model) as patched:
@@ -187,11 +188,7 @@ def test_summary_score_on_the_embedded_judge_checks_key_sentences_by_likelihood(
 def test_token_cap_fails_loudly_with_the_raw_text_kept(judge):
     engine = TransformersEngine(judge)
     req = StageRequest(
-        "capped",
-        "questions",
-        tuple(prompts.questions_prompt(SOURCE, n=2)),
-        schemas.questions_list(2, 60),
-        max_new_tokens=4,
+        "capped", "questions", tuple(questions_prompt(SOURCE, n=2)), questions_list(2, 60), max_new_tokens=4
     )
     (res,) = engine.run([req])
     assert not res.ok and res.value is None
@@ -250,7 +247,7 @@ def test_conversion_is_safe_when_two_processes_run_it_at_once(tmp_path):
 
 def test_each_schema_grammar_is_built_once_and_each_row_gets_its_own_matcher(judge):
     engine = TransformersEngine(judge)
-    grammar = StageRequest("s", "questions", (), schemas.questions_list(7, 61)).grammar  # not used elsewhere
+    grammar = StageRequest("s", "questions", (), questions_list(7, 61)).grammar  # not used elsewhere
     before = engine.grammars.schemas_built
     first, second = engine.grammars.matcher(grammar), engine.grammars.matcher(grammar)
     assert engine.grammars.schemas_built == before + 1 and first is not second
@@ -288,8 +285,6 @@ def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_
     import json
     from importlib import resources
 
-    from offline_sumscore.core import prompts
-
     rows = {
         r["id"]: r for r in map(json.loads, (resources.files("offline_sumscore") / "examples" / "demo.jsonl").open())
     }
@@ -303,7 +298,7 @@ def test_the_demos_changed_fact_is_unsupported_by_its_conflict_and_the_faithful_
     assert [(f["figure"], f["source_says"][:2]) for f in claim["figures"]] == [("27", "17")]
     assert "(27: the source says 17 years old)" in wrong.reason
     assert wrong.settings["design.likelihood_rule"].startswith("mean PMI + 0.5 x")
-    assert prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION in wrong.stages["support.0"]["prompt"]
+    assert ONE_SENTENCE_SUMMARY_INSTRUCTION in wrong.stages["support.0"]["prompt"]
     faithful = scorer.score(rows["faithful"]["source"], rows["faithful"]["summary"])
     assert all(c["supported"] for c in faithful.claims) and not any(c.get("conflict") for c in faithful.claims)
 

@@ -20,6 +20,7 @@ from offline_sumscore.engine.stage_cache import StageCache
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.runs.bulk import run_bulk
 from offline_sumscore.runs.record import read_finished
+from offline_sumscore.scorers.stages.answers import ragas_answer
 from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SUPPORT, enqueue_two_axis, write_jsonl
 
 GOOD = {"id": "ok", "source": "A source that is long enough to hold its summary.", "summary": "A summary."}
@@ -286,7 +287,7 @@ def test_two_summaries_of_one_source_are_judged_on_the_same_questions_drawn_once
 
 def _write_many(path, start):
     cache = StageCache(path)
-    schema = schemas.ragas_answer()
+    schema = ragas_answer()
     for i in range(start, start + 200):
         req = StageRequest(str(i), "ragas_answers", ({"role": "user", "content": f"q{i % 300}"},), schema)
         cache.put(

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from offline_sumscore.core import schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.openai_compatible import ServedEngine
+from offline_sumscore.scorers.stages.verdict import yes_no_verdict
 from tests.conftest import as_in_a_terminal, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,11 +124,7 @@ def test_a_server_that_stops_answering_fails_the_request_within_its_timeout_nami
     try:
         engine = ServedEngine(server.url, "m", timeout=1.5, concurrency=1)
         request = StageRequest(
-            "s",
-            "coverage",
-            ({"role": "user", "content": "Q?"},),
-            schemas.yes_no_verdict(None),
-            verdict_choice=("Y", "N"),
+            "s", "coverage", ({"role": "user", "content": "Q?"},), yes_no_verdict(None), verdict_choice=("Y", "N")
         )
         started = time.time()
         (result,) = engine.run([request])

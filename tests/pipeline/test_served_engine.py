@@ -10,6 +10,8 @@ import pytest
 
 from offline_sumscore import SummarizationScorer
 from offline_sumscore.engine.openai_compatible import PROMPT_MODE, SCHEMA_MODE, ServedEngine
+from offline_sumscore.scorers.stages.claims import claims_list, claims_prompt
+from offline_sumscore.scorers.stages.verdict import question_prompt, yes_no_verdict
 
 
 class Server:
@@ -114,23 +116,17 @@ def test_a_400_naming_response_format_also_falls_back(server):
 
 
 def claims_request():
-    from offline_sumscore.core import prompts, schemas
     from offline_sumscore.core.stages import StageRequest
 
-    return [StageRequest("x", "claims", tuple(prompts.claims_prompt("A sum.")), schemas.claims_list(8, 100))]
+    return [StageRequest("x", "claims", tuple(claims_prompt("A sum.")), claims_list(8, 100))]
 
 
 def verdict_request():
-    from offline_sumscore.core import prompts, schemas
     from offline_sumscore.core.stages import StageRequest
 
     return [
         StageRequest(
-            "x",
-            "coverage",
-            tuple(prompts.question_prompt("A sum.", "Q?")),
-            schemas.yes_no_verdict(None),
-            verdict_choice=("Y", "N"),
+            "x", "coverage", tuple(question_prompt("A sum.", "Q?")), yes_no_verdict(None), verdict_choice=("Y", "N")
         )
     ]
 

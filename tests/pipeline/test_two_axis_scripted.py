@@ -11,8 +11,8 @@ import math
 import pytest
 
 from offline_sumscore import FailedRow, JudgeOutputError, SummarizationScorer, UsageError, two_axis_score
-from offline_sumscore.core import prompts
 from offline_sumscore.engine.scripted import ScriptedEngine
+from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_INSTRUCTION, ONE_SENTENCE_SUMMARY_INSTRUCTION
 from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SOURCE, SUMMARY, SUPPORT, enqueue_two_axis
 
 
@@ -219,16 +219,16 @@ def test_a_one_sentence_summary_is_asked_as_a_summary_and_a_longer_ones_sentence
     scorer = scorer_with(scripted, claims="sentences", verdicts="likelihood")
     scripted.enqueue("support", lik(-1.0)).enqueue("baseline", lik(-4.0), lik(-4.0)).enqueue("coverage", lik(-1.0))
     one = scorer.score(SOURCE, "Lindford will build a library.", key_facts=["F."])
-    assert instructions("support") == [prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION]
-    assert instructions("baseline") == [prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION, prompts.LIKELIHOOD_INSTRUCTION]
-    assert instructions("coverage") == [prompts.LIKELIHOOD_INSTRUCTION]
+    assert instructions("support") == [ONE_SENTENCE_SUMMARY_INSTRUCTION]
+    assert instructions("baseline") == [ONE_SENTENCE_SUMMARY_INSTRUCTION, LIKELIHOOD_INSTRUCTION]
+    assert instructions("coverage") == [LIKELIHOOD_INSTRUCTION]
     assert "one-sentence summary" in one.settings["design.likelihood_rule"]
     scripted.requests.clear()
     scripted.enqueue("support", lik(-1.0), lik(-1.0)).enqueue("baseline", *[lik(-4.0)] * 3)
     scripted.enqueue("coverage", lik(-1.0))
     scorer.score(SOURCE, "Lindford will build a library. It will cost 5 million pounds.", key_facts=["F."])
-    assert instructions("support") == [prompts.LIKELIHOOD_INSTRUCTION] * 2
-    assert set(instructions("baseline")) == {prompts.LIKELIHOOD_INSTRUCTION}
+    assert instructions("support") == [LIKELIHOOD_INSTRUCTION] * 2
+    assert set(instructions("baseline")) == {LIKELIHOOD_INSTRUCTION}
 
 
 def test_likelihood_verdicts_cannot_answer_questions(scripted):

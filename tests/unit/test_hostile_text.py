@@ -4,8 +4,9 @@ special tokens cannot be forged. Uses the embedded judge's tokenizer only (no we
 
 import pytest
 
-from offline_sumscore.core import prompts
 from offline_sumscore.engine.judge import WORD_JOINER, defuse_special_tokens, special_token_texts
+from offline_sumscore.scorers.stages.claims import claims_prompt
+from offline_sumscore.scorers.stages.verdict import likelihood_prompt, question_prompt, statement_prompt
 from tests.conftest import embedded_tokenizer, judge_around
 
 HOSTILE = [
@@ -30,9 +31,9 @@ def render(tokenizer, messages):
 @pytest.mark.parametrize("text", HOSTILE)
 def test_hostile_summary_cannot_add_turns_or_end_the_prompt(tokenizer, text, style):
     for messages in (
-        prompts.claims_prompt(text, style=style),
-        prompts.statement_prompt("A plain source.", text, with_reason=True, style=style),
-        prompts.likelihood_prompt(text, style=style),
+        claims_prompt(text, style=style),
+        statement_prompt("A plain source.", text, with_reason=True, style=style),
+        likelihood_prompt(text, style=style),
     ):
         ids = tokenizer(render(tokenizer, messages), add_special_tokens=False)["input_ids"]
         start, end = tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"])
@@ -54,9 +55,9 @@ def test_defusing_keeps_the_text_readable_and_changes_only_special_tokens(tokeni
 
 @pytest.mark.parametrize("text", HOSTILE)
 def test_fences_cannot_be_closed_from_inside(text):
-    message = prompts.question_prompt(text, "Was the library approved?")[-1]["content"]
+    message = question_prompt(text, "Was the library approved?")[-1]["content"]
     body = message.split("<summary>\n", 1)[1]
     assert body.count("</summary>") == 1  # only the fence's own closing tag
     assert message.index("<question>") > message.index("</summary>")
-    statement = prompts.statement_prompt("A source.", text)[-1]["content"]
+    statement = statement_prompt("A source.", text)[-1]["content"]
     assert statement.split("<statement>\n", 1)[1].count("</statement>") == 1

@@ -4,7 +4,7 @@ questions, and a figure the claims stage dropped is still checked against the so
 import pytest
 from pydantic import ValidationError
 
-from offline_sumscore.core.schemas import is_closed_question, questions_list
+from offline_sumscore.scorers.stages.questions import is_closed_question, questions_list
 from offline_sumscore.scorers.two_axis_stages import figures_beyond_claims
 
 SOURCE = (

@@ -6,8 +6,8 @@ from transformers import AutoTokenizer
 
 from offline_sumscore import ModelLoadError
 from offline_sumscore.cli import main
-from offline_sumscore.core import prompts
 from offline_sumscore.engine.judge import Judge, models_root, presets, resolve_model_path
+from offline_sumscore.scorers.stages.verdict import question_prompt
 
 # Gemma-2's template refuses a system turn in the same way (raise_exception on role 'system').
 NO_SYSTEM_TEMPLATE = (
@@ -56,7 +56,7 @@ def test_a_template_that_refuses_a_system_turn_gets_it_folded_into_the_user_turn
     judge = Judge(
         model=None, tokenizer=tok, name="t", path="", device="cpu", dtype="float32", identity="t", context_length=8192
     )
-    text = judge.render(prompts.question_prompt("A summary.", "A question?"))
+    text = judge.render(question_prompt("A summary.", "A question?"))
     assert text.startswith("<turn>user\nYou are a careful, literal judge") and "<turn>system" not in text
     assert judge.decisions["system_role"].startswith("folded into the first user turn")
-    assert judge.render(prompts.question_prompt("B.", "Q?")).count("<turn>") == 2
+    assert judge.render(question_prompt("B.", "Q?")).count("<turn>") == 2

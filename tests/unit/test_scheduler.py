@@ -3,11 +3,11 @@
 
 import torch
 
-from offline_sumscore.core.schemas import YesNoVerdict
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import stream_in_waves
 from offline_sumscore.engine.local.prefix_store import STORE_BLOCK, PrefixStore
 from offline_sumscore.scorers.base import PlanFeed
+from offline_sumscore.scorers.stages.verdict import YesNoVerdict
 
 
 def kv(tokens, layers=2):

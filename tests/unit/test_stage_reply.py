@@ -7,9 +7,9 @@ import ast
 from pathlib import Path
 
 from offline_sumscore.core.errors import Failure
-from offline_sumscore.core.schemas import claims_list
 from offline_sumscore.core.stages import StageRequest, StageResult, cap_error
 from offline_sumscore.engine.scripted import ScriptedEngine, Truncated
+from offline_sumscore.scorers.stages.claims import claims_list
 
 ENGINE = Path(__file__).parents[2] / "offline_sumscore" / "engine"
 ENGINES = ["local/engine.py", "vllm_engine.py", "openai_compatible.py", "scripted.py"]

@@ -29,7 +29,7 @@ from offline_sumscore.engine.local.features import EngineStats
 from offline_sumscore.engine.local.forward import Passes
 from offline_sumscore.engine.local.kv_budget import KVBudget
 from offline_sumscore.engine.local.kv_slots import KVGeometry
-from offline_sumscore.engine.local.lab import lab_settings
+from offline_sumscore.engine.local.lab import LabSettings
 from offline_sumscore.engine.local.likelihood import LikelihoodPath
 from offline_sumscore.engine.local.memory import MemoryGuard, fail_alone
 from offline_sumscore.engine.local.prefix_store import PrefixStore
@@ -44,12 +44,18 @@ class TransformersEngine(Engine):
     """Answers StageRequests on a loaded Judge: run(requests) -> results in the same order, or stream(feed)."""
 
     def __init__(
-        self, judge: Judge, *, batch_size: int | None = None, token_budget: int | None = None, device_share: float = 1.0
+        self,
+        judge: Judge,
+        *,
+        batch_size: int | None = None,
+        token_budget: int | None = None,
+        device_share: float = 1.0,
+        lab: LabSettings | None = None,
     ):
         """batch_size and token_budget: rows and cached tokens a batch may hold (None: from free memory, see
-        capacity.py); device_share: the share of the device this engine may fill (Ray actors sharing a GPU). What
-        the ladder and the engine's tests switch (features, the prefix store's budget, a timing hook) comes from
-        the one developer hook, lab.py."""
+        capacity.py); device_share: the share of the device this engine may fill (Ray actors sharing a GPU). lab:
+        what the ladder and the engine's tests switch (features, the prefix store's budget, a timing hook), the one
+        developer hook (lab.py); None: every feature on."""
         if batch_size is not None:
             check_count("batch_size", batch_size)
         if not 0 < device_share <= 1:
@@ -59,19 +65,15 @@ class TransformersEngine(Engine):
         # Ragged passes attend with ours (attention.ragged_attention), whatever the model was loaded with; a model
         # whose attention it would compute wrongly is refused here (the loader refused it before its weights).
         check_attention(judge.model.config)
-        settings = lab_settings()
+        settings = lab or LabSettings()
         features = settings.features
         self.judge, self.features, self.device_share = judge, features, device_share
-        if judge.grammar_compiler is None:  # one cache per loaded judge, so scorers sharing a judge share grammars
-            judge.grammar_compiler = GrammarCompiler(judge.model, judge.tokenizer)
-        self.grammars: GrammarCompiler = judge.grammar_compiler
+        self.grammars: GrammarCompiler = judge.grammars()
         self.device = judge.model.device
         self.device_memory = device_memory(self.device)  # a GPU's, an emulated one's, or the host's
         self.device_memory.register(judge.model)  # the weights count, as torch.cuda.mem_get_info counts them
         self.max_rows = batch_size or default_rows(self.device_memory)
         self.stats = EngineStats()
-        if judge.loaded_attention is None:  # the first engine on this judge reads it; later ones find ours set
-            judge.loaded_attention = getattr(judge.model.config, "_attn_implementation", None)
         self.loaded_attention = judge.loaded_attention
         judge.model.set_attn_implementation(register_attention())
         self.attention = judge.model.config._attn_implementation

@@ -1,21 +1,20 @@
 """The local engine's one developer hook: what the throughput ladder, the profiler and the engine's own tests change,
-and no user does. An engine made inside `with lab(...)` takes these settings; outside, the defaults: every feature
-on, the prefix store at a quarter of the token budget, the device's default tokens a pass, no timing hook. The
-features an engine ran under are recorded in every row it scores (`judge.engine`), so a run made under the hook says
-so.
+and no user does. An engine is given these settings when it is made (TransformersEngine(judge, lab=...), or an
+EngineSpec's lab); without them it runs the defaults: every feature on, the prefix store at a quarter of the token
+budget, the device's default tokens a pass, no timing hook. The features an engine ran under are recorded in every
+row it scores (`judge.engine`), so a run made under the hook says so.
 
     from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
-    from offline_sumscore.engine.local.lab import lab
+    from offline_sumscore.engine.local.lab import LabSettings
 
-    with lab(features=EngineFeatures().without("drafts"), on_timing=timings.append):
-        engine = TransformersEngine(judge)  # the ladder's rung without drafts, every pass timed
+    hook = LabSettings(features=EngineFeatures().without("drafts"), on_timing=timings.append)
+    engine = TransformersEngine(judge, lab=hook)  # the ladder's rung without drafts, every pass timed
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from offline_sumscore.engine.local.features import EngineFeatures, Timing
 
@@ -28,24 +27,3 @@ class LabSettings:
     on_timing: Callable[[Timing], None] | None = None  # called with every timed pass and mask fill (the profiler)
     attention_kernel: bool = True  # the passes' attention kernel where it applies (attention_kernel.py); else SDPA
     pick_kernel: bool = True  # the picks' kernel where it applies (pick_kernel.py); else torch's operators
-
-
-_current = LabSettings()
-
-
-@contextmanager
-def lab(**changes) -> Iterator[LabSettings]:
-    """Engines made in this block take these settings (LabSettings' fields by name; an unknown name is a
-    TypeError). Blocks nest; leaving one restores the settings before it."""
-    global _current
-    before = _current
-    _current = replace(before, **changes)
-    try:
-        yield _current
-    finally:
-        _current = before
-
-
-def lab_settings() -> LabSettings:
-    """The settings an engine made now takes."""
-    return _current
