@@ -11,6 +11,7 @@ calls at 1 to 256 rows. Outputs are compared with oneDNN's. Writes results/block
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -20,10 +21,21 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from research.attention_kernels import in_turns  # noqa: E402
 from research.tables import publish  # noqa: E402
 
 ROWS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256)
+
+
+def in_turns(a, b, repeats: int = 7) -> tuple[float, float]:
+    """Median ms of a and b, run alternately after one warm-up call each."""
+    a(), b()
+    times: tuple[list, list] = ([], [])
+    for _ in range(repeats):
+        for k, fn in enumerate((a, b)):
+            started = time.perf_counter()
+            fn()
+            times[k].append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def projections():
