@@ -1,6 +1,6 @@
 """Bigger passes on a CPU: the full engine on the ladder's bulk workload under several row caps (batch_size), in turns.
 
-    python research/row_cap.py --data DATA/summeval_dev.jsonl --caps 64,128,256 --samples 100 --repeats 2
+    python -m research.row_cap --data DATA/summeval_dev.jsonl --caps 64,128,256 --samples 100 --repeats 2
 
 The CPU default is 64 rows a batch (capacity.py). vLLM's CPU build schedules up to 256 sequences a step, and at bulk
 its steps carry about 1,210 tokens against our passes' 527: each pass reads every weight once, so fewer, larger
@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from benchmarks.lib.workloads import CONFIGS, bulk_inputs, ladder_caps
+from offline_sumscore import SummarizationScorer, load_judge
+from offline_sumscore.engine.local import TransformersEngine
+from research.engine_ab import compare  # (verdicts, flips, largest P(yes) change)
 
-from benchmarks.throughput import CONFIGS, bulk_inputs, ladder_caps  # noqa: E402
-from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
-from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
-from research.engine_ab import compare  # noqa: E402  (verdicts, flips, largest P(yes) change)
+HERE = Path(__file__).resolve().parent
 
 
 def verdicts_of(results) -> list:

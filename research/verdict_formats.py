@@ -1,7 +1,7 @@
 """Which way of asking gives a judge's verdicts the most signal: the measurement behind each judge's stage defaults.
 
-    python research/verdict_formats.py                 # embedded judge, all of FRANK and REALSumm (~15 min here)
-    python research/verdict_formats.py --model DIR     # a judge you bring
+    python -m research.verdict_formats                 # embedded judge, all of FRANK and REALSumm (~15 min here)
+    python -m research.verdict_formats --model DIR     # a judge you bring
 
 One verdict asks "does this text support this statement?". FRANK: each summary sentence against its source (human
 label: no error). REALSumm: each human key fact against the summary (human label: present). The same verdicts are
@@ -24,16 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from pydantic import BaseModel, ConfigDict  # noqa: E402
+from pydantic import BaseModel, ConfigDict
 
 from offline_sumscore import load_judge
-from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, with_interval  # noqa: E402
-from offline_sumscore.core import prompts, schemas  # noqa: E402
-from offline_sumscore.core.stages import StageRequest  # noqa: E402
-from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
-from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD  # noqa: E402
+from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, with_interval
+from offline_sumscore.core import prompts, schemas
+from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.engine.local import TransformersEngine
+from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA: Path | None = None  # the folder of the agreement files, from --data-dir
