@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from offline_sumscore.analysis.agreement import balanced_accuracy, binary_agreement, correlate, roc_auc, with_interval
+from benchmarks.lib.agreement_items import kind_of, pick_documents, read_items
+from benchmarks.lib.agreement_stats import balanced_accuracy, binary_agreement, correlate, roc_auc, with_interval
 from offline_sumscore.core.errors import InputError
 from offline_sumscore.engine.judge import default_judge
-from offline_sumscore.io.agreement_items import kind_of, pick_documents, read_items
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OURS = {

@@ -17,8 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.lib.agreement_stats import balanced_accuracy, with_interval
 from offline_sumscore import SummarizationScorer, load_judge
-from offline_sumscore.analysis.agreement import balanced_accuracy, with_interval
 from offline_sumscore.analysis.calibration import calibrate
 from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD
 

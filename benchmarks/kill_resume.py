@@ -23,7 +23,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
+from benchmarks.lib.row_diff import verdict_flips, without_timing
 
 # The bundled council rows, and the flags of tests/model/test_bulk_on_embedded_judge.py: Yes/No verdicts with decoded
 # reasons, so that a chunk takes seconds and a kill can land while the run is still going.

@@ -28,8 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.lib.row_diff import differing_rows, verdict_flips
 from benchmarks.lib.soak_rows import make_rows
-from offline_sumscore.analysis.row_diff import differing_rows, verdict_flips
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

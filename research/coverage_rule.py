@@ -33,7 +33,7 @@ THRESHOLD = 2.0
 
 
 def spearman(x: list[float], y: list[float]) -> float:
-    from offline_sumscore.analysis.agreement import spearman as rho
+    from benchmarks.lib.agreement_stats import spearman as rho
 
     found = rho(x, y)
     return float("nan") if found is None else float(found)

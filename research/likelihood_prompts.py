@@ -22,7 +22,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from offline_sumscore.analysis.agreement import balanced_accuracy, bootstrap_interval, roc_auc, spearman
+from benchmarks.lib.agreement_stats import balanced_accuracy, roc_auc, spearman
+from offline_sumscore.analysis.bootstrap import bootstrap_interval
 from offline_sumscore.core import prompts
 from research import token_profiles as tp
 from research import verdict_rules as vr
@@ -41,7 +42,7 @@ OUT = HERE / "results" / "runs" / "likelihood_prompts"
 
 def summeval_rest() -> list[dict]:
     """Every summary sentence of the SummEval file's documents that agreement.py's 10-document pick leaves out."""
-    from offline_sumscore.io.agreement_items import pick_documents
+    from benchmarks.lib.agreement_items import pick_documents
 
     items = tp.jsonl("summeval_dev.jsonl")
     dev = {item["id"] for item in pick_documents(items, "summaries", 10, None, 0)}

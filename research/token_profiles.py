@@ -68,7 +68,7 @@ def sentence_statements(items: list[dict]) -> list[dict]:
 
 
 def summeval_statements() -> list[dict]:
-    from offline_sumscore.io.agreement_items import pick_documents
+    from benchmarks.lib.agreement_items import pick_documents
 
     return sentence_statements(pick_documents(jsonl("summeval_dev.jsonl"), "summaries", 10, None, 0))
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from benchmarks.lib.agreement_stats import balanced_accuracy, roc_auc, with_interval
 from offline_sumscore import load_judge
-from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, with_interval
 from offline_sumscore.core import prompts, schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import TransformersEngine

@@ -20,7 +20,8 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from offline_sumscore.analysis.agreement import balanced_accuracy, bootstrap_interval, roc_auc, spearman
+from benchmarks.lib.agreement_stats import balanced_accuracy, roc_auc, spearman
+from offline_sumscore.analysis.bootstrap import bootstrap_interval
 from offline_sumscore.core.coverage_items import content_words
 from offline_sumscore.core.schemas import Likelihood
 from offline_sumscore.scorers.stages.likelihood import fact_kind, typed_conflict
