@@ -85,19 +85,6 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
     return out
 
 
-def compare(a: list, b: list) -> tuple[int, int, float]:
-    """Verdicts, flips and the largest P(yes) change between two runs' verdict lists."""
-    total = flips = 0
-    largest = 0.0
-    for ra, rb in zip(a, b):
-        for (va, pa), (vb, pb) in zip(ra, rb):
-            total += 1
-            flips += va != vb
-            if pa is not None and pb is not None:
-                largest = max(largest, abs(pa - pb))
-    return total, flips, largest
-
-
 def outside(turns: list[dict], rung: str) -> str:
     """The range of a tree's time outside the passes, as a share of its passes' time."""
     shares = [share for turn in turns for share in turn[rung]["outside"]]
@@ -119,6 +106,9 @@ def main() -> None:
         tree = Path(args.turn[0]).resolve()
         Path(args.turn[1]).write_text(json.dumps(one_turn(tree, args.data, args.repeats, args.bulk)))
         return
+    # Imported once the turns are done with: a turn's process imports only from the tree it measures.
+    from research.bulk_turns import compare
+
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     peaks: dict[str, list[int]] = {"A": [], "B": []}  # each turn's peak resident memory, MiB
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,7 +28,7 @@ from offline_sumscore import SummarizationScorer, load_judge
 from offline_sumscore.engine.local import TransformersEngine
 from offline_sumscore.engine.local.kv_slots import KVGeometry
 from offline_sumscore.engine.local.step import Stepper
-from research.row_cap import bulk_options
+from research.bulk_turns import bulk_options
 from research.tables import publish
 
 HERE = Path(__file__).resolve().parent

@@ -6,8 +6,8 @@ on a pass's tokens (lab's pass_tokens; vLLM's max_num_batched_tokens), in turns.
 Without a cap, the engine's first step at bulk feeds every admitted row's whole prompt at once: on the 40-sample
 bulk workload one pass of 14,311 tokens, a third of the run's time. (1) The bare decoder (its linears prepacked, as
 the engine runs them) on rows of 360 tokens, 2 to 40 rows a call, twice in turns: tokens per second by pass size.
-(2) The full engine on the bulk workload under each cap, the caps in turns (research/row_cap.py's in_turns), with its
-verdicts against the first cap's; 1000000 is no cap. Writes results/pass_tokens.md (--name).
+(2) The full engine on the bulk workload under each cap, the caps in turns (bulk_turns.py's in_turns, as row_cap.py
+runs them), with its verdicts against the first cap's; 1000000 is no cap. Writes results/pass_tokens.md (--name).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
 from offline_sumscore.engine.local.lab import lab
-from research.row_cap import in_turns, turns_parser, turns_table, warm_bulk
+from research.bulk_turns import in_turns, turns_parser, turns_table, warm_bulk
 from research.tables import publish
 
 HERE = Path(__file__).resolve().parent
