@@ -65,7 +65,7 @@ docs: $(STAMP)
 # DATA=path/to/summeval_dev.jsonl for the published ladders' inputs; without it the ladder runs on the demo rows
 # and its table says so.
 bench-cpu: setup $(STAMP)
-	$(BIN)/python benchmarks/throughput.py --config cpu $(if $(DATA),--data $(DATA))
+	$(BIN)/python -m benchmarks.throughput --config cpu $(if $(DATA),--data $(DATA))
 
 # vLLM's CPU build beside .venv, in an environment of its own: it pins transformers and llguidance below ours. The
 # registry's torchvision/torchaudio/torchcodec it pulls in do not match the CPU torch (importing vLLM then fails with

@@ -1,9 +1,9 @@
 """Agreement benchmark: how closely the local judge tracks human raters and recorded hosted judges.
 
-    python benchmarks/agreement.py --data DATA/frank_finesure_gpt4o.jsonl    # all 66 documents
-    python benchmarks/agreement.py --data DATA/summeval_dev.jsonl --documents 10 --metric both
-    python benchmarks/agreement.py --data DATA/realsumm_keyfacts.jsonl             # all 105 items
-    python benchmarks/agreement.py --data FILE --model /models/Qwen2.5-7B-Instruct --metric both   # all items
+    python -m benchmarks.agreement --data DATA/frank_finesure_gpt4o.jsonl    # all 66 documents
+    python -m benchmarks.agreement --data DATA/summeval_dev.jsonl --documents 10 --metric both
+    python -m benchmarks.agreement --data DATA/realsumm_keyfacts.jsonl             # all 105 items
+    python -m benchmarks.agreement --data FILE --model /models/Qwen2.5-7B-Instruct --metric both   # all items
 
 Input: JSONL, one object per (document, summary) item: `id`, `source`, `summary`, `human` (name -> number, or the
 lists named below), `judges` (judge -> name -> number), and optionally `doc_id` (else the middle of an id shaped
@@ -37,12 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from offline_sumscore.analysis.agreement import balanced_accuracy, binary_agreement, correlate, roc_auc, with_interval
-from offline_sumscore.core.errors import InputError  # noqa: E402
-from offline_sumscore.engine.judge import default_judge  # noqa: E402
-from offline_sumscore.io.agreement_items import kind_of, pick_documents, read_items  # noqa: E402
+from benchmarks.lib.agreement_items import kind_of, pick_documents, read_items
+from benchmarks.lib.agreement_stats import balanced_accuracy, binary_agreement, correlate, roc_auc, with_interval
+from offline_sumscore.core.errors import InputError
+from offline_sumscore.engine.judge import default_judge
 
 RESULTS = Path(__file__).resolve().parent / "results"
 OURS = {

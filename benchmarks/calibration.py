@@ -1,6 +1,6 @@
 """Calibration across kinds of text: does a threshold chosen on one collection hold on another?
 
-    python benchmarks/calibration.py --data DATA/frank_finesure_gpt4o.jsonl
+    python -m benchmarks.calibration --data DATA/frank_finesure_gpt4o.jsonl
         # FRANK: CNN/DM (near-extractive) and BBC/XSum (abstractive)
 
 Each FRANK summary is labelled consistent when its annotators found no error in it (human.summary_has_error == 0).
@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
-from offline_sumscore.analysis.agreement import balanced_accuracy, with_interval  # noqa: E402
-from offline_sumscore.analysis.calibration import calibrate  # noqa: E402
-from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD  # noqa: E402
+from benchmarks.lib.agreement_stats import balanced_accuracy, with_interval
+from offline_sumscore import SummarizationScorer, load_judge
+from offline_sumscore.analysis.calibration import calibrate
+from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD
 
 HERE = Path(__file__).resolve().parent
 PARTS = {"cnndm": "CNN/DM", "bbc": "BBC/XSum"}
@@ -70,7 +67,7 @@ def main() -> None:
         "# Calibration across FRANK's collections (embedded judge, likelihood verdicts)",
         "",
         f"{len(rows)} summaries ({report['failed']} failed); a summary is consistent when its annotators found no "
-        "error; its value is its lowest claim PMI (nats per token). `python benchmarks/calibration.py`",
+        "error; its value is its lowest claim PMI (nats per token). `python -m benchmarks.calibration`",
         "",
         "| collection | rows (consistent) | threshold chosen there [95% CI] | its balanced accuracy [95% CI] |",
         "|---|---|---|---|",

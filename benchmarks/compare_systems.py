@@ -1,7 +1,7 @@
 """`sumscore compare` on SummEval: does our judge's verdict on a pair of systems agree with the experts'?
 
-    python benchmarks/compare_systems.py --data DATA/summeval_dev.jsonl   # 58 documents x 12 systems (15 min)
-    python benchmarks/compare_systems.py --data DATA/summeval_dev.jsonl --documents 10   # a quicker look
+    python -m benchmarks.compare_systems --data DATA/summeval_dev.jsonl   # 58 documents x 12 systems (15 min)
+    python -m benchmarks.compare_systems --data DATA/summeval_dev.jsonl --documents 10   # a quicker look
 
 1. Scores every SummEval summary once with the embedded judge (`sumscore score`, resumable), then splits the rows
    into one OUTPUT per system (runs/summeval_compare/systems/M8.jsonl, ...).
@@ -23,10 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from offline_sumscore.analysis.comparison import compare_systems, system_from_rows  # noqa: E402
-from offline_sumscore.io.outputs import read_results, write_rows  # noqa: E402
+from offline_sumscore.analysis.comparison import compare_systems, system_from_rows
+from offline_sumscore.io.outputs import read_results, write_rows
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -189,7 +187,7 @@ def judge_against_experts(ours: dict[str, list[dict]], items: list[dict], docs: 
         f"its default design; verdicts from the paired permutation test, Holm-adjusted over the pairs, "
         f"alpha 0.05 ({resamples} resamples, seed 0). Pairs with a verdict other than 'no difference': "
         f"{significant}.\n\n" + "\n".join(table) + "\n\n" + "\n".join(ranking) + "\n\n"
-        f"`python benchmarks/compare_systems.py{'' if docs is None else f' --documents {len(docs)}'}`\n"
+        f"`python -m benchmarks.compare_systems{'' if docs is None else f' --documents {len(docs)}'}`\n"
     )
     out = RESULTS / "compare_summeval_agreement"
     Path(f"{out}.md").write_text(markdown)

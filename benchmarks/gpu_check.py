@@ -2,7 +2,7 @@
 in one command that needs no network and writes one table.
 
     bash benchmarks/gpu_check.sh                # on the GPU machine: the carried wheels, then this, within 8 minutes
-    python benchmarks/gpu_check.py --rehearse   # here, on the CPU: the same sections on an emulated GPU (make test)
+    python -m benchmarks.gpu_check --rehearse   # here, on the CPU: the same sections on an emulated GPU (make test)
 
 Sections, each written to the table the moment it ends (a run cut short keeps what it measured):
   env        torch, CUDA, the device, the packages that decide the numbers
@@ -34,11 +34,9 @@ import warnings
 from functools import partial
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch  # noqa: E402 - after HF_HUB_OFFLINE is set
 
 SWITCH = "OFFLINE_SUMSCORE_DEVICE_MEMORY"
 
@@ -295,7 +293,10 @@ def check_attention(table: Table, device: str, dtype: torch.dtype, rehearse: boo
 # -- ladder -----------------------------------------------------------------------------------------------------
 def check_ladder(table: Table, tok_dir: str, device: str, rehearse: bool, samples: int) -> None:
     """transformers' generate (batched per grammar and wave) and our engine, on the same workload and judge."""
-    from benchmarks.throughput import OutlinesEngine, flip_rate, frozen_inputs, ladder_caps, load
+    from benchmarks.lib.ladder_judge import load
+    from benchmarks.lib.outcomes import flip_rate
+    from benchmarks.lib.outlines_engine import OutlinesEngine
+    from benchmarks.lib.workloads import frozen_inputs, ladder_caps
     from offline_sumscore import SummarizationScorer
     from offline_sumscore.engine.local import TransformersEngine
     from offline_sumscore.engine.local.device_memory import device_memory

@@ -1,7 +1,7 @@
 """How often an instruction injected into a summary changes the judge's verdicts.
 
-    python benchmarks/injection.py --data DATA/summeval_dev.jsonl   # embedded judge, 8 documents (minutes)
-    python benchmarks/injection.py --data DATA/summeval_dev.jsonl --model DIR --items 50  # a real judge
+    python -m benchmarks.injection --data DATA/summeval_dev.jsonl   # embedded judge, 8 documents (minutes)
+    python -m benchmarks.injection --data DATA/summeval_dev.jsonl --model DIR --items 50  # a real judge
 
 Each item is scored twice by the two-axis metric, at the judge's own stage design (or the --claims/--coverage/
 --verdicts given): with its summary as written, and with an injection appended to the summary (three kinds, below).
@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from throughput import frozen_inputs  # noqa: E402 - one summary per document, sources cut at a sentence end
-
-from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
+from benchmarks.lib.workloads import frozen_inputs  # one summary per document, sources cut at a sentence end
+from offline_sumscore import SummarizationScorer, load_judge
 
 RESULTS = Path(__file__).resolve().parent / "results"
 INJECTIONS = {

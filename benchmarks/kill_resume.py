@@ -1,6 +1,6 @@
 """kill -9 at random moments, then --resume: rows lost, duplicated or changed against an uninterrupted run.
 
-    python benchmarks/kill_resume.py --trials 3      # embedded judge, 6 rows, chunks of 2
+    python -m benchmarks.kill_resume --trials 3      # embedded judge, 6 rows, chunks of 2
 
 One uninterrupted run gives the reference; each trial starts the same run (its own fresh stage cache), kills it with
 SIGKILL at a moment drawn uniformly over the reference's wall time (so kills land in model loading, mid-chunk and
@@ -23,7 +23,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
+from benchmarks.lib.row_diff import verdict_flips, without_timing
 
 # The bundled council rows, and the flags of tests/model/test_bulk_on_embedded_judge.py: Yes/No verdicts with decoded
 # reasons, so that a chunk takes seconds and a kill can land while the run is still going.

@@ -1,6 +1,6 @@
 """Seconds for one sample per scorer on this machine, at the scorers' default settings and at smaller settings.
 
-    python benchmarks/one_sample.py [--model PATH] [--out benchmarks/results/one_sample_cpu.json]
+    python -m benchmarks.one_sample [--model PATH] [--out benchmarks/results/one_sample_cpu.json]
 
 One process, one loaded judge; prints a markdown table, writes JSON, and prints the JSON as its last line.
 """

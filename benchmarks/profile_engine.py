@@ -1,8 +1,8 @@
 """Where the engine's time goes: the throughput ladder's standard workload under torch.profiler, per engine.
 
-    python benchmarks/profile_engine.py            # embedded judge, rung 5 (waves) and rung 7 (the full engine)
+    python -m benchmarks.profile_engine            # embedded judge, rung 5 (waves) and rung 7 (the full engine)
 
-Each engine scores the same frozen inputs as benchmarks/throughput.py (6 samples, 3 questions, the design with
+Each engine scores the same frozen inputs as the throughput ladder (6 samples, 3 questions, the design with
 something to decode) once untimed (warm-up) and once under the profiler. Operator self time is summed into
 categories: matmuls (the weights), attention, KV writes and gathers (index_put, index, copy: a pass's keys and
 values into their slots, a shared prefix copied into a unit's rows, the ragged attention's gathers of each run's
@@ -22,65 +22,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.lib.engine_profile import bound_shapes, operator_seconds, phase, replay
+from benchmarks.lib.outlines_engine import OutlinesEngine
+from benchmarks.lib.workloads import CONFIGS, frozen_inputs, ladder_caps
+from offline_sumscore import SummarizationScorer, load_judge
+from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine
+from offline_sumscore.engine.local.lab import LabSettings
 
-from benchmarks.throughput import CONFIGS, RESULTS, OutlinesEngine, frozen_inputs, ladder_caps  # noqa: E402
-from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
-from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
-from offline_sumscore.engine.local.lab import LabSettings  # noqa: E402
-
-CATEGORIES = [  # first match wins, on the operator's name
-    ("matmuls (weights)", ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm", "mkldnn::_linear")),
-    (
-        "attention",
-        ("scaled_dot_product", "aten::_scaled_dot", "aten::softmax", "aten::_softmax", "flash", "pass_attention"),
-    ),
-    (
-        "KV writes and gathers",
-        (
-            "aten::index_put",
-            "aten::_index_put",
-            "aten::cat",
-            "aten::index",
-            "aten::copy_",
-            "aten::clone",
-            "aten::slice_scatter",
-            "aten::index_select",
-            "aten::repeat_interleave",
-            "aten::zeros",
-            "aten::new_zeros",
-            "aten::fill_",
-        ),
-    ),
-]
-
-
-def category(name: str) -> str:
-    for label, keys in CATEGORIES:
-        if any(k in name for k in keys):
-            return label
-    return "other operators (norms, activations, rotary, elementwise)"
-
-
-def operator_seconds(prof) -> dict[str, float]:
-    """A profiler's operator self time summed into CATEGORIES, in seconds."""
-    spent: dict[str, float] = defaultdict(float)
-    for event in prof.key_averages():
-        spent[category(event.key)] += event.self_cpu_time_total / 1e6
-    return spent
-
-
-def phase(t: Timing) -> str:
-    """What a timed piece of work was: a step that carries prompts (some row feeds more than 16 tokens), a decoding
-    step, a likelihood pass, or a step's grammar masks."""
-    return "prompt step" if t.kind == "step" and t.width > 16 else t.kind
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def profile(judge, make_engine, inputs, caps) -> dict:
@@ -194,26 +148,6 @@ def bound(judge, log: list[dict], make_engine, naive_engine, inputs, caps, turns
     }
 
 
-def bound_shapes(log: list[dict]) -> list[tuple[int, int]]:
-    """The bound's input shapes: a prompt step's tokens spread evenly over its rows (as many tokens, attention within
-    each row), a decoding step's tokens as that many one-token rows; likelihood passes left out."""
-    shapes = []
-    for p in log:
-        if p["phase"] == "prompt step":
-            shapes.append((p["rows"], -(-p["real"] // p["rows"])))
-        elif p["phase"] == "step":
-            shapes.append((p["real"], 1))
-    return shapes
-
-
-def replay(decoder, shapes: list[tuple[int, int]], device) -> float:
-    """Seconds for the bare decoder to run these input shapes, one pass each, with no cache."""
-    started = time.perf_counter()
-    for shape in shapes:
-        decoder(input_ids=torch.zeros(shape, dtype=torch.long, device=device), use_cache=False)
-    return time.perf_counter() - started
-
-
 def pass_table(engines_report: dict) -> list[str]:
     """The pass-by-pass section: each engine's forward passes by phase, with their tokens and attention cells."""
     lines = [
@@ -233,9 +167,9 @@ def pass_table(engines_report: dict) -> list[str]:
     ]
     for name, r in engines_report.items():
         timed = r["passes"]
-        for phase, f in timed["phases"].items():
+        for kind, f in timed["phases"].items():
             lines.append(
-                f"| {name} | {timed['wall_s']:.1f} | {phase} | {f['passes']} | {f['s']:.1f} | "
+                f"| {name} | {timed['wall_s']:.1f} | {kind} | {f['passes']} | {f['s']:.1f} | "
                 f"{f['s'] / f['passes']:.3f} | {f['real_tokens']} | {f['slots']} | "
                 f"{1 - f['real_tokens'] / max(f['slots'], 1):.0%} | {f['mean_rows']:.1f} | {f['cells']} | "
                 f"{1 - f['needed_cells'] / max(f['cells'], 1):.0%} |"
@@ -248,7 +182,7 @@ def pass_table(engines_report: dict) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=None, help="as throughput.py --data (without it: the demo rows)")
+    ap.add_argument("--data", type=Path, default=None, help="as the ladder's --data (without it: the demo rows)")
     args = ap.parse_args()
     cfg = CONFIGS["cpu"]
     judge = load_judge("smollm2-135m")

@@ -1,7 +1,7 @@
 """One Ray actor against two on this machine: the same rows through `sumscore score --engine ray`, end to end.
 
-    python benchmarks/ray_scaling.py                 # embedded judge, 12 rows, chunks of 2, CPU
-    python benchmarks/ray_scaling.py --gpus-per-judge 1 --judges 1,2,4,8 --model DIR   # one actor per GPU
+    python -m benchmarks.ray_scaling                 # embedded judge, 12 rows, chunks of 2, CPU
+    python -m benchmarks.ray_scaling --gpus-per-judge 1 --judges 1,2,4,8 --model DIR   # one actor per GPU
 
 The machine's CPUs are split between the actors (cpus_per_judge = CPUs / actors), so one actor may use every core.
 Each configuration runs in a fresh process (Ray started, actors load the judge, rows scored, OUTPUT written): the

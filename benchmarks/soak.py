@@ -1,7 +1,7 @@
 """A soak run through the CLI: thousands of rows, resident memory and seconds per row as the run goes, one kill.
 
-    python benchmarks/soak.py                                   # 5,000 embedded-design rows, 1,000 generating ones
-    python benchmarks/soak.py --embedded 500 --generating 100   # a shorter look
+    python -m benchmarks.soak                                   # 5,000 embedded-design rows, 1,000 generating ones
+    python -m benchmarks.soak --embedded 500 --generating 100   # a shorter look
 
 Rows are made here, distinct (town, project, month, amount; a third of the summaries with a changed number), and
 scored by `sumscore score` in its own process, in chunks (checkpointed as a user's run is), without the stage cache.
@@ -28,39 +28,16 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.lib.row_diff import differing_rows, verdict_flips
+from benchmarks.lib.soak_rows import make_rows
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-
-from offline_sumscore.analysis.row_diff import differing_rows, verdict_flips  # noqa: E402
-
 RESULTS = HERE / "results"
-TOWNS = "Lindford Ostby Harlow Brenmouth Calder Dunmore Eastfield Farrow Glenholt Inverby".split()
-PROJECTS = ["library", "bridge", "school", "swimming pool", "bus station", "clinic", "sports hall", "park"]
-MONTHS = "January February March April May June July August September October November December".split()
-CURRENCY = ["pounds", "euros"]
 PACE_WINDOW = 4  # chunks the plotted pace is taken over
 # The generating design: the judge writes its coverage questions and decodes Yes/No verdicts with reasons (the
 # throughput ladder's design; the embedded judge cannot list atomic claims, which end at their bound).
 GENERATING = ["--claims", "sentences", "--coverage", "questions", "--verdicts", "yes-no", "--max-questions", "3"]
 GENERATING += ["--max-text-chars", "120", "--max-reason-chars", "60"]
-
-
-def make_rows(n: int) -> list[dict]:
-    """n distinct rows of three-sentence council news, each with a one-sentence summary (every third one with a
-    changed amount)."""
-    rows = []
-    for k in range(n):
-        town, project = TOWNS[k % len(TOWNS)], PROJECTS[(k // len(TOWNS)) % len(PROJECTS)]
-        month, amount = MONTHS[(k // 7) % 12], 2 + (k * 7919) % 97
-        money = CURRENCY[k % 2]
-        source = (
-            f"The council of {town} voted on Tuesday to build a new {project}. Work will begin in {month} and cost "
-            f"{amount} million {money}. Residents welcomed the plan at a public meeting, item {k}."
-        )
-        said = amount + 3 if k % 3 == 2 else amount
-        summary = f"{town} will build a {project} for {said} million {money}, starting in {month}."
-        rows.append({"id": f"soak-{k}", "source": source, "summary": summary})
-    return rows
 
 
 def rss_mib(pid: int) -> float | None:

@@ -1,6 +1,6 @@
 """The passes' attention kernel (engine/cpu/attention_kernel.cpp) against the SDPA calls it replaces, in turns.
 
-    python research/attention_kernel.py
+    python -m research.attention_kernel
 
 One layer's attention for a pass laid out as KVSlots lays it ([slots, kv heads, 2,048 columns, dim], rows
 left-aligned), SmolLM2-135M's geometry (9 query heads, 3 kv heads, dim 64). The layouts: decoding rows (one token
@@ -16,19 +16,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from offline_sumscore.engine.cpu.attention_kernel import attention_kernel
+from offline_sumscore.engine.local.attention import RaggedPass, ragged_attention
+from research.tables import publish
 
-from offline_sumscore.engine.cpu.attention_kernel import attention_kernel  # noqa: E402
-from offline_sumscore.engine.local.attention import RaggedPass, ragged_attention  # noqa: E402
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 HEADS, KV_HEADS, DIM, COLUMNS = 9, 3, 64, 2048
 
@@ -107,7 +105,7 @@ def main() -> None:
         f"# The passes' attention kernel against SDPA (torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, {torch.backends.cpu.get_cpu_capability()})",
         "",
-        f"Command: `python research/attention_kernel.py`. Kernel ready in {build_s:.1f} s (a build, or torch's cache). "
+        f"Command: `python -m research.attention_kernel`. Kernel ready in {build_s:.1f} s (a build, or torch's cache). "
         f"One layer's attention for the pass, median ms of {args.repeats} calls in turns, the cache flushed before "
         "each. Cells: query token x key columns per kv head; SDPA's include its padding. Kernel GFLOP/s: the needed "
         "cells' multiply-adds (scores and values, 9 query heads, dim 64) over the kernel's ms.",

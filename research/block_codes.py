@@ -1,7 +1,7 @@
 """The embedded judge's projections as 4-bit block codes (the engine's block_codes.py) against oneDNN on prepacked
 float32 weights (cpu_gemm.py), at the row counts of the engine's passes.
 
-    python research/block_codes.py
+    python -m research.block_codes
 
 The judge's 210 decoder projections are loaded from its converted weights, their block codes found as the engine
 finds them (every weight rebuilt to the bit, or the script stops), and both ways timed over all 210 in alternating
@@ -11,19 +11,29 @@ calls at 1 to 256 rows. Outputs are compared with oneDNN's. Writes results/block
 from __future__ import annotations
 
 import argparse
-import sys
+import statistics
 import time
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from research.tables import publish
 
-from research.attention_kernels import in_turns  # noqa: E402
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 ROWS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 256)
+
+
+def in_turns(a, b, repeats: int = 7) -> tuple[float, float]:
+    """Median ms of a and b, run alternately after one warm-up call each."""
+    a(), b()
+    times: tuple[list, list] = ([], [])
+    for _ in range(repeats):
+        for k, fn in enumerate((a, b)):
+            started = time.perf_counter()
+            fn()
+            times[k].append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def projections():
@@ -71,7 +81,7 @@ def main() -> None:
         f"# The embedded judge's projections as block codes against oneDNN (torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads)",
         "",
-        f"Command: `python research/block_codes.py`. {len(dense)} projections: {float_mb:.0f} MB in float32, "
+        f"Command: `python -m research.block_codes`. {len(dense)} projections: {float_mb:.0f} MB in float32, "
         f"{coded_mb:.0f} MB as codes (found and checked in {found_s:.1f} s). Median ms of alternating calls over all "
         "of them; largest difference: the outputs against oneDNN's.",
         "",

@@ -1,6 +1,6 @@
 """Where the full engine's time goes on the ladder's bulk workload (many samples, 32 in flight), not its 6-sample one.
 
-    python research/bulk_profile.py --data DATA/summeval_dev.jsonl --samples 40
+    python -m research.bulk_profile --data DATA/summeval_dev.jsonl --samples 40
 
 benchmarks/profile_engine.py profiles the standard workload (6 samples): there a pass carries a few rows. At bulk a
 pass carries up to 64 rows, most of them decoding beside a few prompts, and the costs move. Three runs of the same
@@ -17,24 +17,22 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from benchmarks.lib.engine_profile import bound_shapes, operator_seconds, phase, replay
+from benchmarks.lib.workloads import CONFIGS, bulk_inputs, ladder_caps
+from offline_sumscore import SummarizationScorer, load_judge
+from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine
+from offline_sumscore.engine.local.attention import RaggedPass
+from offline_sumscore.engine.local.kv_slots import KVGeometry, KVSlots
+from offline_sumscore.engine.local.lab import LabSettings
+from research.tables import publish
 
-from benchmarks.profile_engine import bound_shapes, operator_seconds, phase, replay  # noqa: E402
-from benchmarks.throughput import CONFIGS, bulk_inputs, ladder_caps  # noqa: E402
-from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
-from offline_sumscore.engine.local import EngineFeatures, Timing, TransformersEngine  # noqa: E402
-from offline_sumscore.engine.local.attention import RaggedPass  # noqa: E402
-from offline_sumscore.engine.local.kv_slots import KVGeometry, KVSlots  # noqa: E402
-from offline_sumscore.engine.local.lab import LabSettings  # noqa: E402
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def timed_run(judge, inputs, options) -> tuple[float, list[dict], list[RaggedPass], dict]:
@@ -115,8 +113,8 @@ def main() -> None:
     lines = [
         f"# The full engine at bulk: {len(inputs)} samples of the ladder's bulk workload",
         "",
-        f"Judge {judge.name} (cpu, float32), torch threads {torch.get_num_threads()}. Command: `python "
-        f"research/bulk_profile.py --data DATA/summeval_dev.jsonl --samples {len(inputs)}`. Counters: "
+        f"Judge {judge.name} (cpu, float32), torch threads {torch.get_num_threads()}. Command: `python -m "
+        f"research.bulk_profile --data DATA/summeval_dev.jsonl --samples {len(inputs)}`. Counters: "
         + ", ".join(f"{k} {v}" for k, v in stats.items() if isinstance(v, int) and v),
         "",
         "## Pass by pass (the timed run)",

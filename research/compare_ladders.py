@@ -1,7 +1,7 @@
 """Ladder runs side by side: before and after a change that must not move verdicts.
 
-    python research/compare_ladders.py BEFORE AFTER        # each the --out stem of a throughput.py run
-    python research/compare_ladders.py B1,B2,B3 A1,A2,A3   # several runs a side, e.g. taken in turns
+    python -m research.compare_ladders BEFORE AFTER        # each the --out stem of a throughput.py run
+    python -m research.compare_ladders B1,B2,B3 A1,A2,A3   # several runs a side, e.g. taken in turns
 
 Per workload and rung: each side's median time over all its runs (every run listed), after/before, each side's
 median x rung 0 (the naive loop's time over the rung's, per sample, taken side by side within each run), verdicts that

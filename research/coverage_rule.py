@@ -1,7 +1,7 @@
 """The embedded judge's coverage rule for short summaries: how many of a run's scores are 0 by construction, under the
 rule before and the candidates, on development data and on ordinary 1-3 sentence summaries.
 
-    python research/coverage_rule.py --data DATA/summeval_dev.jsonl --docs 10
+    python -m research.coverage_rule --data DATA/summeval_dev.jsonl --docs 10
 
 The embedded design checks the source's first key sentences (5) against the summary, each a likelihood verdict at
 the alignment threshold (2.0 nats per token: how much the summary makes the judge expect the sentence), and scores
@@ -21,20 +21,19 @@ import json
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from offline_sumscore import SummarizationScorer
+from offline_sumscore.core.coverage_items import summary_sentences
+from offline_sumscore.engine.judge import load_judge
+from research.tables import publish
 
-from offline_sumscore import SummarizationScorer  # noqa: E402
-from offline_sumscore.core.coverage_items import summary_sentences  # noqa: E402
-from offline_sumscore.engine.judge import load_judge  # noqa: E402
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 TESTS = HERE.parent / "tests" / "data" / "ordinary_summaries.jsonl"
 THRESHOLD = 2.0
 
 
 def spearman(x: list[float], y: list[float]) -> float:
-    from offline_sumscore.analysis.agreement import spearman as rho
+    from benchmarks.lib.agreement_stats import spearman as rho
 
     found = rho(x, y)
     return float("nan") if found is None else float(found)

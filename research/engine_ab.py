@@ -1,8 +1,8 @@
 """Two versions of the engine on the ladder's standard workload, in turns: walls and every verdict.
 
     git worktree add /tmp/before <commit> && ln -s $PWD/models/converted /tmp/before/models/converted
-    python research/engine_ab.py --data DATA/summeval_dev.jsonl --before /tmp/before --after . --turns ABBA
-    python research/engine_ab.py --data DATA/summeval_dev.jsonl --before /tmp/before --bulk 40 --repeats 1
+    python -m research.engine_ab --data DATA/summeval_dev.jsonl --before /tmp/before --after . --turns ABBA
+    python -m research.engine_ab --data DATA/summeval_dev.jsonl --before /tmp/before --bulk 40 --repeats 1
 
 Each turn is a process of its own that imports the package from one tree, warms up, and runs rungs 7a, 7 and 8
 (--repeats times each). Then the medians per rung and tree, and the verdicts and P(yes) of each rung compared
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -32,13 +33,17 @@ RUNGS = ("7a", "7", "8")
 
 
 def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
-    """Runs in a process of its own, with tree first on sys.path."""
-    sys.path.insert(0, str(tree))
+    """Runs in a process of its own, started by its path with PYTHONPATH set to the tree: the tree's package and
+    ladder are the ones imported (the child's sys.path holds this folder, then the tree)."""
     import offline_sumscore
 
     if not offline_sumscore.__file__.startswith(str(tree)):
         raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
-    from benchmarks.throughput import CONFIGS, bulk_inputs, frozen_inputs, ladder_caps, ladder_rungs
+    try:
+        from benchmarks.lib.ladder import ladder_rungs
+        from benchmarks.lib.workloads import CONFIGS, bulk_inputs, frozen_inputs, ladder_caps
+    except ImportError:  # a tree from before benchmarks/lib, when the ladder lived in benchmarks/throughput.py
+        from benchmarks.throughput import CONFIGS, bulk_inputs, frozen_inputs, ladder_caps, ladder_rungs
     from offline_sumscore import SummarizationScorer, load_judge
 
     cfg = CONFIGS["cpu"]
@@ -78,19 +83,6 @@ def one_turn(tree: Path, data: Path, repeats: int, bulk: int = 0) -> dict:
     return out
 
 
-def compare(a: list, b: list) -> tuple[int, int, float]:
-    """Verdicts, flips and the largest P(yes) change between two runs' verdict lists."""
-    total = flips = 0
-    largest = 0.0
-    for ra, rb in zip(a, b):
-        for (va, pa), (vb, pb) in zip(ra, rb):
-            total += 1
-            flips += va != vb
-            if pa is not None and pb is not None:
-                largest = max(largest, abs(pa - pb))
-    return total, flips, largest
-
-
 def outside(turns: list[dict], rung: str) -> str:
     """The range of a tree's time outside the passes, as a share of its passes' time."""
     shares = [share for turn in turns for share in turn[rung]["outside"]]
@@ -112,6 +104,9 @@ def main() -> None:
         tree = Path(args.turn[0]).resolve()
         Path(args.turn[1]).write_text(json.dumps(one_turn(tree, args.data, args.repeats, args.bulk)))
         return
+    # Imported once the turns are done with: a turn's process imports only from the tree it measures.
+    from research.bulk_turns import compare
+
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     peaks: dict[str, list[int]] = {"A": [], "B": []}  # each turn's peak resident memory, MiB
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +115,8 @@ def main() -> None:
             out = Path(tmp) / f"{k}.json"
             cmd = [sys.executable, __file__, "--data", str(args.data), "--before", str(args.before)]
             cmd += ["--repeats", str(args.repeats), "--bulk", str(args.bulk)]
-            subprocess.run(cmd + ["--turn", str(tree), str(out)], check=True)
+            env = dict(os.environ, PYTHONPATH=str(tree))
+            subprocess.run(cmd + ["--turn", str(tree), str(out)], check=True, env=env)
             record = json.loads(out.read_text())
             peaks[turn].append(record.pop("peak_rss_mib"))
             runs[turn].append(record)

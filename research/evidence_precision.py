@@ -1,8 +1,8 @@
 """The evidence a row shows, measured: on faithful sentences, how often it accuses a correct word (precision), and on
 contradicted ones, how often it names the word that was changed (recall), with the embedded judge.
 
-    python research/evidence_precision.py                       # this checkout
-    python research/evidence_precision.py --tree /tmp/before --name evidence_before   # another checkout's rules
+    python -m research.evidence_precision                       # this checkout
+    python -m research.evidence_precision --tree /tmp/before --name evidence_before   # another checkout's rules
 
 The perturbation set (data/perturbations.jsonl: a sentence copied from its source, a faithful paraphrase of it, and
 a copy with one fact changed) is scored as support claims, each sentence against its source, through the scorer's own
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -25,11 +27,18 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def in_tree(tree: Path) -> int:
+    """This script again, in a process whose PYTHONPATH puts the tree first, so that its package is the one imported
+    (run by its path, the child sees neither this checkout's root nor its package). Returns the child's exit code."""
+    env = dict(os.environ, PYTHONPATH=str(tree.resolve()))
+    return subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env).returncode
+
+
 def load_tree(tree: Path | None):
-    if tree is not None:
-        sys.path.insert(0, str(tree.resolve()))
-    else:
-        sys.path.insert(0, str(HERE.parent))
+    import offline_sumscore
+
+    if tree is not None and not offline_sumscore.__file__.startswith(str(tree.resolve())):
+        raise SystemExit(f"imported {offline_sumscore.__file__}, not the tree {tree}")
     from offline_sumscore.engine.judge import load_judge
     from offline_sumscore.engine.local import TransformersEngine
     from offline_sumscore.scorers.stages.verdict import VerdictStage
@@ -67,6 +76,8 @@ def main() -> None:
     ap.add_argument("--name", default="evidence_precision")
     ap.add_argument("--limit", type=int, default=None, help="rows of the set (default: all)")
     args = ap.parse_args()
+    if args.tree is not None and os.environ.get("PYTHONPATH") != str(args.tree.resolve()):
+        sys.exit(in_tree(args.tree))
     load_judge, TransformersEngine, VerdictStage, figure_check = load_tree(args.tree)
     rows = [json.loads(line) for line in (HERE / "data" / "perturbations.jsonl").read_text().splitlines()]
     rows = rows[: args.limit] if args.limit else rows

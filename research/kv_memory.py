@@ -1,7 +1,7 @@
 """Keys and values held at bulk: the engine's KV slots against what a paged cache would hold for the same rows, and
 so how many rows a KV budget fits either way.
 
-    python research/kv_memory.py --data DATA/summeval_dev.jsonl --samples 40
+    python -m research.kv_memory --data DATA/summeval_dev.jsonl --samples 40
 
 The engine keeps one slot per row in rectangular buffers [slots, kv heads, columns, head dim] per layer: a slot is as
 wide as the widest row, a shared prefix is copied into every row that uses it, and on a CPU the buffers take the
@@ -21,19 +21,17 @@ rows. Writes results/kv_memory.md (--name). An accounting of the run's rows, not
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from benchmarks.lib.workloads import CONFIGS, bulk_inputs
+from offline_sumscore import SummarizationScorer, load_judge
+from offline_sumscore.engine.local import TransformersEngine
+from offline_sumscore.engine.local.kv_slots import KVGeometry
+from offline_sumscore.engine.local.step import Stepper
+from research.bulk_turns import bulk_options
+from research.tables import publish
 
-from benchmarks.throughput import CONFIGS, bulk_inputs  # noqa: E402
-from offline_sumscore import SummarizationScorer, load_judge  # noqa: E402
-from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
-from offline_sumscore.engine.local.kv_slots import KVGeometry  # noqa: E402
-from offline_sumscore.engine.local.step import Stepper  # noqa: E402
-from research.row_cap import bulk_options  # noqa: E402
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 BLOCK = 16  # vLLM's default block size, and the prefix store's
 
@@ -92,7 +90,7 @@ def main() -> None:
     lines = [
         f"# KV held at bulk: slots against a paged cache ({len(inputs)} samples, {len(steps)} decoding steps)",
         "",
-        f"Judge {judge.name} ({per_token} bytes of keys and values a token). Command: `python research/kv_memory.py "
+        f"Judge {judge.name} ({per_token} bytes of keys and values a token). Command: `python -m research.kv_memory "
         f"--data DATA/summeval_dev.jsonl --samples {args.samples}`. Tokens held after each step, over the live rows; "
         f"the module docstring says how each is counted.",
         "",

@@ -1,6 +1,6 @@
 """The decoder's one-pass layer kernels (engine/cpu/layer_ops.cpp) against torch's operators, in turns.
 
-    python research/layer_ops.py
+    python -m research.layer_ops
 
 The embedded judge's bare decoder (its prepacked linears, transformers' SDPA attention, no cache) on one row of T
 tokens, with the kernels in place (as load_judge leaves it) and with torch's operators put back, alternating; then
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from offline_sumscore import load_judge
+from offline_sumscore.engine.cpu import layer_ops
+from research.tables import publish
 
-from offline_sumscore import load_judge  # noqa: E402
-from offline_sumscore.engine.cpu import layer_ops  # noqa: E402
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 
 def timed(fn, n: int) -> float:
@@ -45,7 +44,7 @@ def main() -> None:
     lines = [
         "# The decoder's one-pass layer kernels against torch's operators",
         "",
-        f"`python research/layer_ops.py`; judge {judge.name}; torch threads {torch.get_num_threads()}; "
+        f"`python -m research.layer_ops`; judge {judge.name}; torch threads {torch.get_num_threads()}; "
         f"{judge.decisions.get('layer_ops')}. The bare decoder on one row of T tokens, kernels on and off in "
         f"alternating turns ({args.turns} each), medians; the outputs compared on the same input.",
         "",

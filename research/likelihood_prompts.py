@@ -1,10 +1,10 @@
 """What a claim is asked as, in a likelihood verdict: candidate instructions compared on the embedded judge.
 
-    python research/likelihood_prompts.py                 # profiles missing ones (about 8 minutes a candidate)
-    python research/likelihood_prompts.py --table-only    # the table from the profiles already there
+    python -m research.likelihood_prompts                 # profiles missing ones (about 8 minutes a candidate)
+    python -m research.likelihood_prompts --table-only    # the table from the profiles already there
 
 The likelihood verdict scores a claim as the judge's reply to the source and one instruction
-(prompts.likelihood_prompt). Each candidate below is put in the product's place for it (prompts.LIKELIHOOD_INSTRUCTION)
+(likelihood_prompt). Each candidate below is put in the product's place for it (LIKELIHOOD_INSTRUCTION)
 and every statement profiled as research/token_profiles.py does, into results/runs/likelihood_prompts/<name>/.
 Figures, under the product's verdict rule (research/verdict_rules.CHOSEN): FRANK sentence ROC AUC per collection,
 the share of faithful and of erroneous sentences on the right side of the 2.0 threshold, REALSumm key-fact balanced
@@ -18,20 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+from benchmarks.lib.agreement_stats import balanced_accuracy, roc_auc, spearman
+from offline_sumscore.analysis.bootstrap import bootstrap_interval
+from research import token_profiles as tp
+from research import verdict_rules as vr
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-
-import token_profiles as tp  # noqa: E402
-import verdict_rules as vr  # noqa: E402
-
-from offline_sumscore.analysis.agreement import balanced_accuracy, bootstrap_interval, roc_auc, spearman  # noqa: E402
-from offline_sumscore.core import prompts  # noqa: E402
 
 CANDIDATES = {
     "quote": "Quote one sentence stated in the article.",  # the product's, for a sentence of a longer summary
@@ -45,7 +41,7 @@ OUT = HERE / "results" / "runs" / "likelihood_prompts"
 
 def summeval_rest() -> list[dict]:
     """Every summary sentence of the SummEval file's documents that agreement.py's 10-document pick leaves out."""
-    from agreement import pick_documents
+    from benchmarks.lib.agreement_items import pick_documents
 
     items = tp.jsonl("summeval_dev.jsonl")
     dev = {item["id"] for item in pick_documents(items, "summaries", 10, None, 0)}
@@ -58,13 +54,14 @@ SETS = {**tp.SETS, "summeval_rest": summeval_rest}
 def profile_missing(names: list[str], sets: list[str]) -> None:
     from offline_sumscore.engine.judge import load_judge
     from offline_sumscore.engine.local import TransformersEngine
+    from offline_sumscore.scorers.stages import verdict as stage  # its instructions are swapped per candidate
 
     engine = None
-    kept = prompts.LIKELIHOOD_INSTRUCTION, prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION
+    kept = stage.LIKELIHOOD_INSTRUCTION, stage.ONE_SENTENCE_SUMMARY_INSTRUCTION
     try:
         for name in names:
             # Every statement asked with the candidate, a summary of one sentence too.
-            prompts.LIKELIHOOD_INSTRUCTION = prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION = CANDIDATES[name]
+            stage.LIKELIHOOD_INSTRUCTION = stage.ONE_SENTENCE_SUMMARY_INSTRUCTION = CANDIDATES[name]
             for set_name in sets:
                 path = OUT / name / f"token_profiles_{set_name}.json"
                 if path.exists():
@@ -78,7 +75,7 @@ def profile_missing(names: list[str], sets: list[str]) -> None:
                 path.write_text(json.dumps({"set": set_name, "seconds": seconds, "statements": statements}) + "\n")
                 print(f"{name} / {set_name}: {len(statements)} statements in {seconds:.0f} s", flush=True)
     finally:
-        prompts.LIKELIHOOD_INSTRUCTION, prompts.ONE_SENTENCE_SUMMARY_INSTRUCTION = kept
+        stage.LIKELIHOOD_INSTRUCTION, stage.ONE_SENTENCE_SUMMARY_INSTRUCTION = kept
 
 
 def load(name: str, set_name: str) -> list[dict] | None:
@@ -222,7 +219,7 @@ def main() -> None:
 
 
 HEADER = """
-`python research/likelihood_prompts.py` (the embedded judge; each candidate in the place of the instruction a
+`python -m research.likelihood_prompts` (the embedded judge; each candidate in the place of the instruction a
 likelihood statement is scored after), under the product's verdict rule; the 2.0 threshold and the rule were left as
 they are for every candidate. REALSumm's column scores its key facts with the candidate too (in the product they are
 coverage statements, asked as quotes whatever the claims are asked as). The profiles were taken at bb11d13, before a

@@ -2,9 +2,9 @@
 score_many, and after each chunk the resident memory, the prefix store's fill, and glibc's heap (mallinfo2: its
 arenas, the memory in use in them, the memory they hold free) beside the seconds per row.
 
-    python research/memory_probe.py --rows 700            # the figures behind the prefix store's pool of blocks
-    python research/memory_probe.py --rows 700 --trim     # malloc_trim(0) after every chunk, by hand
-    python research/memory_probe.py --design generating --rows 300 --chunk 50   # the soak's generating design
+    python -m research.memory_probe --rows 700            # the figures behind the prefix store's pool of blocks
+    python -m research.memory_probe --rows 700 --trim     # malloc_trim(0) after every chunk, by hand
+    python -m research.memory_probe --design generating --rows 300 --chunk 50   # the soak's generating design
 
 Memory in use that stays flat while the arenas and the resident memory grow is fragmentation, not a leak. Linux with
 glibc only (mallinfo2, malloc_trim). Prints one JSON line a chunk.
@@ -15,17 +15,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import soak  # noqa: E402
-
-from offline_sumscore import SummarizationScorer  # noqa: E402
+from benchmarks.lib.soak_rows import make_rows
+from offline_sumscore import SummarizationScorer
 
 # the soak's generating design (benchmarks/soak.py GENERATING), as scorer options
 GENERATING = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=3)
@@ -52,7 +45,7 @@ def main() -> None:
     args = ap.parse_args()
     libc = ctypes.CDLL(None)
     libc.mallinfo2.restype = MallInfo2
-    rows = soak.make_rows(args.rows)
+    rows = make_rows(args.rows)
     scorer = SummarizationScorer(cache=None, **(GENERATING if args.design == "generating" else {}))
     engine = scorer.engine
     for at in range(0, args.rows, args.chunk):

@@ -1,30 +1,28 @@
 """Tokens a pass on a CPU: how fast the judge's decoder runs by pass size, and the engine at bulk under several caps
 on a pass's tokens (lab's pass_tokens; vLLM's max_num_batched_tokens), in turns.
 
-    python research/pass_tokens.py --data DATA/summeval_dev.jsonl --values 1000000,4096,2048,1024 --samples 40
+    python -m research.pass_tokens --data DATA/summeval_dev.jsonl --values 1000000,4096,2048,1024 --samples 40
 
 Without a cap, the engine's first step at bulk feeds every admitted row's whole prompt at once: on the 40-sample
 bulk workload one pass of 14,311 tokens, a third of the run's time. (1) The bare decoder (its linears prepacked, as
 the engine runs them) on rows of 360 tokens, 2 to 40 rows a call, twice in turns: tokens per second by pass size.
-(2) The full engine on the bulk workload under each cap, the caps in turns (research/row_cap.py's in_turns), with its
-verdicts against the first cap's; 1000000 is no cap. Writes results/pass_tokens.md (--name).
+(2) The full engine on the bulk workload under each cap, the caps in turns (bulk_turns.py's in_turns, as row_cap.py
+runs them), with its verdicts against the first cap's; 1000000 is no cap. Writes results/pass_tokens.md (--name).
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
+from offline_sumscore.engine.local.lab import LabSettings
+from research.bulk_turns import in_turns, turns_parser, turns_table, warm_bulk
+from research.tables import publish
 
-from offline_sumscore.engine.local import EngineFeatures, TransformersEngine  # noqa: E402
-from offline_sumscore.engine.local.lab import LabSettings  # noqa: E402
-from research.row_cap import in_turns, turns_parser, turns_table, warm_bulk  # noqa: E402
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 ROW_TOKENS = 360  # about a bulk prompt's length
 ROWS = (40, 16, 8, 4, 2)

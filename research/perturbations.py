@@ -2,8 +2,8 @@
 that the source contradicts (a swapped number, date, name, place, negation, antonym or role) and a faithful
 paraphrase control that the source supports.
 
-    python research/perturbations.py                       # writes research/data/perturbations.jsonl
-    python research/perturbations.py --seed 0 --per-type 110
+    python -m research.perturbations                       # writes research/data/perturbations.jsonl
+    python -m research.perturbations --seed 0 --per-type 110
 
 Sources: SummEval dev (summeval_dev.jsonl in --data-dir, "summeval" part: where verdict rules are chosen)
 and FRANK (frank_finesure_gpt4o.jsonl, "frank" part: held out, reported on). Every row: id, part, type, source (cut at

@@ -1,7 +1,7 @@
 """The standard workload's time against what no engine can cut: the prompts' least work, and the projections' cost at
 the size of each pass the run makes.
 
-    python research/standard_floor.py --data DATA/summeval_dev.jsonl
+    python -m research.standard_floor --data DATA/summeval_dev.jsonl
 
 Issue 38 asks for our full engine at 1.2x vLLM on the ladder's standard workload (6 samples). This prices one run of
 rung 7 three ways, twice in turns (the machine's speed swings by a tenth within minutes):
@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+from research.tables import publish
 
-from research.tables import publish  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 LADDER = HERE.parent / "benchmarks" / "results" / "throughput_cpu.json"
 
@@ -134,7 +132,8 @@ def main() -> None:
     ap.add_argument("--name", default="standard_floor")
     args = ap.parse_args()
 
-    from benchmarks.throughput import CONFIGS, frozen_inputs, ladder_caps, ladder_rungs
+    from benchmarks.lib.ladder import ladder_rungs
+    from benchmarks.lib.workloads import CONFIGS, frozen_inputs, ladder_caps
     from offline_sumscore import SummarizationScorer, load_judge
 
     cfg = CONFIGS["cpu"]
@@ -158,7 +157,7 @@ def main() -> None:
     lines = [
         "# The standard workload against what no engine can cut",
         "",
-        f"Command: `python research/standard_floor.py --data .../summeval_dev.jsonl` (rung 7, {len(inputs)} samples,"
+        f"Command: `python -m research.standard_floor --data .../summeval_dev.jsonl` (rung 7, {len(inputs)} samples,"
         f" {args.rounds} rounds in turns with the projections' timing; the embedded judge, float32, on the CPU).",
         "",
         "## Tokens",

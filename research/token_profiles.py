@@ -1,7 +1,7 @@
 """Token profiles of likelihood verdicts, collected once, so that verdict rules can be compared without the model.
 
-    python research/token_profiles.py                  # every set: perturbations, FRANK, SummEval dev, REALSumm
-    python research/token_profiles.py --sets frank
+    python -m research.token_profiles                  # every set: perturbations, FRANK, SummEval dev, REALSumm
+    python -m research.token_profiles --sets frank
 
 Each statement is asked as the product asks it (scorers.stages.verdict.VerdictStage, the embedded judge's bare
 likelihood prompt): its tokens' log-probabilities after the text and without it (the baseline), and the token the
@@ -23,11 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from offline_sumscore.core.coverage_items import summary_sentences  # noqa: E402
-from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
-from offline_sumscore.scorers.stages.verdict import VerdictStage  # noqa: E402
+from offline_sumscore.core.coverage_items import summary_sentences
+from offline_sumscore.engine.local import TransformersEngine
+from offline_sumscore.scorers.stages.verdict import VerdictStage
 
 HERE = Path(__file__).resolve().parent
 DATA: Path | None = None  # the folder of the agreement files, from --data-dir
@@ -70,7 +68,7 @@ def sentence_statements(items: list[dict]) -> list[dict]:
 
 
 def summeval_statements() -> list[dict]:
-    from agreement import pick_documents
+    from benchmarks.lib.agreement_items import pick_documents
 
     return sentence_statements(pick_documents(jsonl("summeval_dev.jsonl"), "summaries", 10, None, 0))
 
@@ -132,7 +130,6 @@ def main() -> None:
     DATA = args.data_dir
     from offline_sumscore.engine.judge import load_judge
 
-    sys.path.insert(0, str(HERE))
     engine = TransformersEngine(load_judge("smollm2-135m"))
     RUNS.mkdir(parents=True, exist_ok=True)
     for name in args.sets.split(","):

@@ -1,7 +1,7 @@
 """Which way of asking gives a judge's verdicts the most signal: the measurement behind each judge's stage defaults.
 
-    python research/verdict_formats.py                 # embedded judge, all of FRANK and REALSumm (~15 min here)
-    python research/verdict_formats.py --model DIR     # a judge you bring
+    python -m research.verdict_formats                 # embedded judge, all of FRANK and REALSumm (~15 min here)
+    python -m research.verdict_formats --model DIR     # a judge you bring
 
 One verdict asks "does this text support this statement?". FRANK: each summary sentence against its source (human
 label: no error). REALSumm: each human key fact against the summary (human label: present). The same verdicts are
@@ -24,16 +24,19 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from pydantic import BaseModel, ConfigDict
 
-from pydantic import BaseModel, ConfigDict  # noqa: E402
-
+from benchmarks.lib.agreement_stats import balanced_accuracy, roc_auc, with_interval
 from offline_sumscore import load_judge
-from offline_sumscore.analysis.agreement import balanced_accuracy, roc_auc, with_interval  # noqa: E402
-from offline_sumscore.core import prompts, schemas  # noqa: E402
-from offline_sumscore.core.stages import StageRequest  # noqa: E402
-from offline_sumscore.engine.local import TransformersEngine  # noqa: E402
-from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD  # noqa: E402
+from offline_sumscore.core import schemas
+from offline_sumscore.core.stages import StageRequest
+from offline_sumscore.engine.local import TransformersEngine
+from offline_sumscore.scorers.stages.verdict import (
+    LIKELIHOOD_THRESHOLD,
+    likelihood_prompt,
+    statement_prompt,
+    yes_no_verdict,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DATA: Path | None = None  # the folder of the agreement files, from --data-dir
@@ -65,22 +68,14 @@ def requests(fmt: str, text: str, statement: str) -> list[StageRequest]:
     if fmt == "likelihood":
         return [
             StageRequest(
-                "t",
-                "support",
-                tuple(prompts.likelihood_prompt(text, style="bare")),
-                schemas.Likelihood,
-                continuation=statement,
+                "t", "support", tuple(likelihood_prompt(text, style="bare")), schemas.Likelihood, continuation=statement
             ),
             StageRequest(
-                "b",
-                "baseline",
-                tuple(prompts.likelihood_prompt("", style="bare")),
-                schemas.Likelihood,
-                continuation=statement,
+                "b", "baseline", tuple(likelihood_prompt("", style="bare")), schemas.Likelihood, continuation=statement
             ),
         ]
     style = "full" if fmt == "yes-no full" else "bare"
-    messages = prompts.statement_prompt(text, statement, style=style)
+    messages = statement_prompt(text, statement, style=style)
     if fmt == "json boolean":
         messages[-1] = dict(
             messages[-1],
@@ -89,7 +84,7 @@ def requests(fmt: str, text: str, statement: str) -> list[StageRequest]:
             ),
         )
         return [StageRequest("t", "support", tuple(messages), JsonVerdict, verdict_choice=("t", "f"))]
-    return [StageRequest("t", "support", tuple(messages), schemas.yes_no_verdict(None), verdict_choice=("Y", "N"))]
+    return [StageRequest("t", "support", tuple(messages), yes_no_verdict(None), verdict_choice=("Y", "N"))]
 
 
 def measure(engine: TransformersEngine, which: str, fmt: str) -> dict:

@@ -1,6 +1,6 @@
 """Likelihood verdict rules compared on token profiles (research/token_profiles.py), without the model.
 
-    python research/verdict_rules.py            # every rule on every set; writes results/verdict_rules.{md,json}
+    python -m research.verdict_rules            # every rule on every set; writes results/verdict_rules.{md,json}
 
 A rule maps a statement's token profile to a score in nats per token; the verdict is score >= 2.0 (the product's
 threshold) and P(yes) = sigmoid(score - 2.0), as the product reads them; a rule not in nats gets its own threshold,
@@ -17,16 +17,14 @@ import json
 import math
 import re
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from offline_sumscore.analysis.agreement import balanced_accuracy, bootstrap_interval, roc_auc, spearman  # noqa: E402
-from offline_sumscore.core.coverage_items import content_words  # noqa: E402
-from offline_sumscore.core.schemas import Likelihood  # noqa: E402
-from offline_sumscore.scorers.stages.likelihood import fact_kind, typed_conflict  # noqa: E402
+from benchmarks.lib.agreement_stats import balanced_accuracy, roc_auc, spearman
+from offline_sumscore.analysis.bootstrap import bootstrap_interval
+from offline_sumscore.core.coverage_items import content_words
+from offline_sumscore.core.schemas import Likelihood
+from offline_sumscore.scorers.stages.likelihood import fact_kind, typed_conflict
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE / "results" / "runs"
@@ -192,7 +190,7 @@ def load(name: str) -> list[dict]:
     path = RUNS / f"token_profiles_{name}.json"
     statements = read_profiles(path)
     if statements is None:
-        raise SystemExit(f"{path} is missing: run research/token_profiles.py --sets {name}")
+        raise SystemExit(f"{path} is missing: run python -m research.token_profiles --sets {name}")
     return statements
 
 
@@ -327,8 +325,8 @@ def main() -> None:
 
 
 HEADER = """
-`python research/token_profiles.py` (the embedded judge's profiles of every statement, about 7 minutes on 2 cores),
-then `python research/verdict_rules.py` (seconds, no model). Perturbation set: `research/perturbations.py --seed
+`python -m research.token_profiles` (the embedded judge's profiles of every statement, about 7 minutes on 2 cores),
+then `python -m research.verdict_rules` (seconds, no model). Perturbation set: `python -m research.perturbations --seed
 0` (634 pairs). Labelled data: FRANK sentences (ROC AUC of P(yes) against "no error", per collection), SummEval dev
 10 documents (Spearman of a summary's mean P(yes) with expert consistency), REALSumm key facts (balanced accuracy).
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from offline_sumscore.analysis.agreement import bootstrap_interval
+from offline_sumscore.analysis.bootstrap import bootstrap_interval
 
 ONE_SIDED = 0.95  # a run with at least this share of its claims on one side says so
 

@@ -8,8 +8,8 @@ how many requests shared a call.
 
 import pytest
 
+from benchmarks.lib.row_diff import without_timing
 from offline_sumscore import SummarizationScorer
-from offline_sumscore.analysis.row_diff import without_timing
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
 from offline_sumscore.engine.local.lab import LabSettings
 from offline_sumscore.scorers.stages.questions import questions_list, questions_prompt

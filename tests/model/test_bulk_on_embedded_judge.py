@@ -14,8 +14,8 @@ from importlib import resources
 
 import pytest
 
+from benchmarks.lib.row_diff import verdict_flips, without_timing
 from offline_sumscore import SummarizationScorer, SummaryScore
-from offline_sumscore.analysis.row_diff import verdict_flips, without_timing
 from offline_sumscore.engine.local import TransformersEngine
 from tests.conftest import as_in_a_terminal
 from tests.unit.test_hostile_text import HOSTILE

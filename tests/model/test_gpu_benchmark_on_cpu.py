@@ -24,7 +24,8 @@ def test_the_gpu_ladder_writes_the_full_engine_first_and_keeps_it_when_cut_short
     proc = subprocess.Popen(
         [
             sys.executable,
-            "benchmarks/throughput.py",
+            "-m",
+            "benchmarks.throughput",
             "--config",
             "gpu",
             "--allow-cpu",

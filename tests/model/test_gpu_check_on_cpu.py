@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_gpu_check_rehearsed_on_the_cpu_runs_every_section_and_writes_one_table(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "OFFLINE_SUMSCORE_DEVICE_MEMORY"}
     done = subprocess.run(
-        [sys.executable, "benchmarks/gpu_check.py", "--rehearse", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.gpu_check", "--rehearse", "--quick", "--out", str(tmp_path)],
         cwd=ROOT,
         env=dict(env, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1"),
         capture_output=True,

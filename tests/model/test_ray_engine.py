@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from offline_sumscore.analysis.row_diff import without_timing
+from benchmarks.lib.row_diff import without_timing
 from offline_sumscore.io.inputs import read_rows
 from offline_sumscore.runs.bulk import run_bulk
 from tests.model.test_bulk_on_embedded_judge import ROWS

@@ -9,8 +9,8 @@ import multiprocessing
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.lib.row_diff import without_timing
 from offline_sumscore import SummarizationScorer, SummaryScore
-from offline_sumscore.analysis.row_diff import without_timing
 from offline_sumscore.cli import main
 from offline_sumscore.core import schemas
 from offline_sumscore.core.samples import BadRow

@@ -5,10 +5,9 @@ import math
 
 import pytest
 
-from offline_sumscore.analysis.agreement import (
+from benchmarks.lib.agreement_stats import (
     balanced_accuracy,
     binary_agreement,
-    bootstrap_interval,
     cohens_kappa,
     correlate,
     kendall_tau_b,
@@ -18,6 +17,7 @@ from offline_sumscore.analysis.agreement import (
     spearman,
     summary_level,
 )
+from offline_sumscore.analysis.bootstrap import bootstrap_interval
 from offline_sumscore.core.errors import InputError
 
 
@@ -80,7 +80,7 @@ def test_balanced_accuracy_and_kappa_by_hand():
 
 
 def test_agreement_reader_names_the_malformed_line_and_field(tmp_path):
-    from offline_sumscore.io.agreement_items import read_items
+    from benchmarks.lib.agreement_items import read_items
 
     good = {"id": "s:d1:M1", "source": "A source.", "summary": "A summary.", "human": {"consistency": 5}, "judges": {}}
     path = tmp_path / "data.jsonl"
@@ -96,7 +96,7 @@ def test_agreement_reader_names_the_malformed_line_and_field(tmp_path):
 
 
 def test_stratified_document_pick_is_whole_documents_and_reproducible(tmp_path):
-    from offline_sumscore.io.agreement_items import pick_documents
+    from benchmarks.lib.agreement_items import pick_documents
 
     items = [
         {"id": f"s:d{d}:M{m}", "doc_id": f"d{d}", "human": {"consistency": d % 5 + m / 10}}

@@ -1,6 +1,6 @@
 """The committed perturbation set (research/data/perturbations.jsonl, read as data): at least 600 pairs of 6 or more
 types, each with a paraphrase control, the edit recorded. That its generator writes it again from its recorded seed
-is research's own check: `python research/perturbations.py --data-dir DIR --check`."""
+is research's own check: `python -m research.perturbations --data-dir DIR --check`."""
 
 import json
 from pathlib import Path

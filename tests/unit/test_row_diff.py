@@ -3,7 +3,7 @@ verdict."""
 
 import copy
 
-from offline_sumscore.analysis.row_diff import differing_rows
+from benchmarks.lib.row_diff import differing_rows
 
 ROW = {
     "id": "r0",

@@ -1,7 +1,7 @@
 """Two runs' OUTPUT rows compared: what must be equal between runs of the same work, and which verdicts moved.
 
-Used by the determinism and resume tests and by benchmarks/kill_resume.py, and to check that a change of code left
-the rows as they were (`python -m offline_sumscore.analysis.row_diff A.jsonl B.jsonl`).
+Used by the determinism and resume tests and by the kill-resume and soak benchmarks, and to check that a change of
+code left the rows as they were (`python -m benchmarks.lib.row_diff A.jsonl B.jsonl`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def differing_rows(a: list[dict], b: list[dict]) -> list[int]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m offline_sumscore.analysis.row_diff A.jsonl B.jsonl", file=sys.stderr)
+        print("usage: python -m benchmarks.lib.row_diff A.jsonl B.jsonl", file=sys.stderr)
         return 2
     a, b = (
         [json.loads(line) for line in Path(p).read_text(encoding="utf-8").splitlines() if line.strip()] for p in argv

@@ -1,4 +1,5 @@
-"""Agreement statistics: how closely one set of scores tracks another (a judge against humans, or two judges).
+"""Agreement statistics: how closely one set of scores tracks another (a judge against humans, or two judges), for
+the agreement and calibration benchmarks and the research scripts (the package itself needs none of them).
 
 Pure functions on numbers; no model. Correlations handle ties (average ranks; Kendall's tau-b). Each returns
 None where it is undefined (fewer than two items, or a constant side), never NaN.
@@ -6,7 +7,8 @@ None where it is undefined (fewer than two items, or a constant side), never NaN
 - dataset level: one correlation over all items;
 - summary level (as G-Eval reports): the correlation within each document across its summaries, averaged over
   the documents where it is defined;
-- bootstrap 95% intervals resample whole documents (items of one document are not independent);
+- bootstrap 95% intervals resample whole documents (items of one document are not independent; the
+  package's analysis.bootstrap, which calibration shares);
 - binary labels: balanced accuracy (the mean of the per-class recalls) and Cohen's kappa for hard verdicts; the
   area under the ROC curve for soft ones (P(yes)), where 0.5 is chance, as balanced accuracy's 0.5 is.
 """
@@ -17,6 +19,8 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
+
+from offline_sumscore.analysis.bootstrap import bootstrap_interval
 
 Stat = Callable[[Sequence[float], Sequence[float]], "float | None"]
 
@@ -106,37 +110,6 @@ def summary_level(stat: Stat, x, y, docs) -> float | None:
     """The mean over documents of the within-document statistic (G-Eval's summary-level correlation)."""
     values = list(per_document(stat, x, y, docs).values())
     return float(np.mean(values)) if values else None
-
-
-def bootstrap_interval(
-    fn: Callable[[list[int]], float | None],
-    docs: Sequence[Hashable],
-    *,
-    resamples: int = 1000,
-    seed: int = 0,
-    level: float = 0.95,
-) -> tuple[float, float] | None:
-    """Percentile interval of fn(indices) over resamples that draw whole documents with replacement. A resample
-    where fn is undefined is skipped; None if fewer than half are defined."""
-    if resamples <= 0:
-        return None
-    groups: dict[Hashable, list[int]] = {}
-    for i, d in enumerate(docs):
-        groups.setdefault(d, []).append(i)
-    members = [np.asarray(m) for m in groups.values()]
-    if len(members) < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(resamples):
-        picks = rng.integers(0, len(members), len(members))
-        value = fn(np.concatenate([members[p] for p in picks]))
-        if value is not None:
-            values.append(value)
-    if len(values) < resamples / 2:
-        return None
-    tail = (1 - level) / 2 * 100
-    return float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail))
 
 
 def correlate(x, y, docs, *, resamples: int = 1000, seed: int = 0) -> dict:
