@@ -93,3 +93,10 @@ def test_a_url_resolves_to_the_served_engine_without_touching_torch():
     spec, why = resolve(EngineSpec(url="http://127.0.0.1:8000/v1", served_model="m"))
     assert spec.kind == "served" and why == "served: m at http://127.0.0.1:8000/v1"
     assert "secret" not in repr(EngineSpec(api_key="secret"))  # a spec printed never shows the key
+
+
+def test_load_judge_takes_a_spec_for_our_engine_only():
+    from offline_sumscore import load_judge
+
+    with pytest.raises(UsageError, match="a served engine loads its own"):
+        load_judge(EngineSpec(url="http://127.0.0.1:8000/v1", served_model="m", kind="served"))
