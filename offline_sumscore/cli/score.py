@@ -342,18 +342,13 @@ def _cache(cache_path, no_cache):
 
 
 def _score_file(input_path, output_path, metric: str, quiet: bool, opts: dict, taken: dict, cache):
-    """score_file with the engine spec the flags give; score_file resolves its auto (build.resolve), as it does for
-    every caller."""
+    """score_file with the engine spec the flags give; score_file resolves its auto (build.resolve: --judge-url
+    makes it a served judge), as it does for every caller."""
     from offline_sumscore.engine.build import EngineSpec
     from offline_sumscore.runs.files import Output, score_file
 
-    kind = taken["engine_kind"]
-    if taken["judge_url"] and kind in ("local", "vllm", "ray"):
-        raise click.UsageError(f"--engine {kind} runs the judge here; --judge-url asks a server: give one of them")
-    if taken["judge_url"] and not taken["judge_model"]:
-        raise click.UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
-    spec = EngineSpec(
-        kind="served" if taken["judge_url"] else kind,
+    spec = EngineSpec(  # it refuses flags that do not combine (--engine local with --judge-url, ...), by name
+        kind=taken["engine_kind"],
         model=opts.pop("model"),
         device=opts.pop("device") or "auto",
         dtype=opts.pop("dtype") or "auto",

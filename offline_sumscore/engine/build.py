@@ -46,6 +46,8 @@ class EngineSpec:
             raise UsageError(f"--engine {self.kind} runs the judge here; --judge-url asks a server: give one of them")
         if self.kind == "served" and not self.url:
             raise UsageError("a served engine needs --judge-url (an OpenAI-compatible base URL)")
+        if self.url and not self.served_model:
+            raise UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
         if not 0 < self.device_share <= 1:
             raise UsageError(f"device_share must be in (0, 1]. Given: {self.device_share}")
 
@@ -107,12 +109,6 @@ def _auto_kind(model: Any, device: str | None) -> tuple[str, str]:
     )
 
 
-def choose_engine(kind: str, model=None, device: str | None = None) -> tuple[str, str]:
-    """(the engine kind to run, the line that says so and why): resolve() for a spec of just these three."""
-    spec, why = resolve(EngineSpec(kind=kind, model=model, device=device or "auto"))
-    return spec.kind, why
-
-
 def build_engine(spec: EngineSpec) -> Engine:
     """The engine the spec names (auto resolved first). A ray spec is refused: a pool is not one engine."""
     spec, _ = resolve(spec)
@@ -157,14 +153,13 @@ def local_engine(
 
 
 def served_engine(
-    url: str, model: str | None, *, concurrency: int = 4, timeout: float = 120.0, api_key: str | None = None
+    url: str, model: str, *, concurrency: int = 4, timeout: float = 120.0, api_key: str | None = None
 ) -> Engine:
-    """A judge served elsewhere on this machine (vLLM, llama.cpp server, Ollama, transformers serve). api_key goes
-    to the server as a bearer token and nowhere else (no row, report or log holds it)."""
+    """A judge served elsewhere on this machine (vLLM, llama.cpp server, Ollama, transformers serve); EngineSpec has
+    checked that it names a model. api_key goes to the server as a bearer token and nowhere else (no row, report or
+    log holds it)."""
     from offline_sumscore.engine.openai_compatible import ServedEngine
 
-    if not model:
-        raise UsageError("--judge-url needs --judge-model (the name the server serves the model as)")
     return ServedEngine(url, model, concurrency=concurrency, timeout=timeout, api_key=api_key)
 
 

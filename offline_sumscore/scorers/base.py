@@ -129,11 +129,9 @@ class ScorerBase:
         for name, value in (("batch_size", batch_size), ("token_budget", token_budget)):
             if value is not None:
                 check_count(name, value)
-        if not 0 < device_share <= 1:
-            raise UsageError(f"device_share must be in (0, 1]. Given: {device_share}")
-        # The settings given one by one, or in a spec: every way in builds the same value, whose auto build.resolve
-        # decides (an engine given is used as it is).
-        spec = with_settings(
+        # The settings given one by one, or in a spec: every way in builds the same value (which checks them), whose
+        # auto build.resolve decides (an engine given is used as it is).
+        self.spec = with_settings(
             engine if isinstance(engine, EngineSpec) else None,
             model=model,
             device=device,
@@ -142,13 +140,9 @@ class ScorerBase:
             token_budget=token_budget,
             device_share=device_share,
         )
-        self.spec = spec  # what the engine is built from, on first use (an engine given is used as it is)
         self._engine = engine if isinstance(engine, Engine) else None
         self._stacked_engine = None
         self.notify: Callable[[str], None] | None = None  # where to say that a row's source goes in pieces
-        self.device, self.dtype = spec.device, spec.dtype
-        self.batch_size, self.token_budget = spec.batch_size, spec.token_budget
-        self.device_share = spec.device_share  # engines sharing one device (Ray actors with a fraction of a GPU each)
         self.cache = cache if cache is None or isinstance(cache, StageCache) else StageCache(cache)
 
     def load(self) -> Engine:

@@ -135,7 +135,11 @@ def test_engine_auto_is_ours_on_a_cpu_and_vllm_on_a_gpu_where_it_is_installed(mo
 
     import torch
 
-    from offline_sumscore.engine.build import choose_engine
+    from offline_sumscore.engine.build import EngineSpec, resolve
+
+    def choose_engine(kind, model, device="auto"):
+        spec, said = resolve(EngineSpec(kind=kind, model=model, device=device))
+        return spec.kind, said
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     found = importlib.util.find_spec

@@ -6,7 +6,7 @@ import pytest
 
 from offline_sumscore import ModelLoadError
 from offline_sumscore.engine import judge
-from offline_sumscore.engine.build import choose_engine
+from offline_sumscore.engine.build import EngineSpec, resolve
 
 
 @pytest.fixture
@@ -67,5 +67,5 @@ def test_a_gguf_default_runs_on_the_local_engine_even_beside_a_gpu(empty_models,
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    engine, reason = choose_engine("auto", None, "cuda")
-    assert engine == "local" and ".gguf" in reason
+    spec, reason = resolve(EngineSpec(device="cuda"))
+    assert spec.kind == "local" and ".gguf" in reason

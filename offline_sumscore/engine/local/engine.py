@@ -179,7 +179,7 @@ class TransformersEngine(Engine):
             "continuous": f.continuous,
             "prefix_store": self.store.budget or None,
             "drafts": {"tokens": self.drafter.tokens, "budget": self.drafter.budget} if self.drafter.tokens else None,
-            "judge": dict(self.judge.describe(), runtime="local"),  # which engine answered (build.choose_engine)
+            "judge": dict(self.judge.describe(), runtime="local"),  # which engine answered (build.resolve)
         }
 
     def streams_natively(self) -> bool:
