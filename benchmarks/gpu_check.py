@@ -107,12 +107,11 @@ def check_families(table: Table, device: str, dtype: torch.dtype) -> None:
 
 
 # -- syncs ----------------------------------------------------------------------------------------------------
-def check_syncs(table: Table, judge) -> None:
+def check_syncs(table: Table, judge, quick: bool) -> None:
     """Host waits a decoding step: CUDA's own sync debug mode where there is a GPU, else the operations that would
-    wait (the engine tests' count)."""
+    wait (the engine tests' count). quick: one document's rows, not two."""
     from offline_sumscore.engine.local import TransformersEngine
     from tests.engine.test_device_faults_on_cpu import CountSyncs
-    from tests.engine.test_engine_on_embedded_judge import mix
 
     engine = TransformersEngine(judge)
     step, per_step = engine.stepper.step, []
@@ -133,7 +132,7 @@ def check_syncs(table: Table, judge) -> None:
             per_step.append(mode.count)
 
     engine.stepper.step = counted
-    results = engine.run([r for r in mix() if r.continuation is None])
+    results = engine.run([r for r in mix(quick) if r.continuation is None])
     how = "set_sync_debug_mode" if torch.cuda.is_available() else "operations that would wait, counted"
     ok = all(r.ok or r.error_kind == "cap" for r in results) and max(per_step) <= 1
     table.add("syncs", "host waits per decoding step", f"max {max(per_step)} over {len(per_step)} steps ({how})", ok)
@@ -199,7 +198,7 @@ def check_memory(table: Table, judge, quick: bool) -> None:
             f"budget {engine.token_budget} tokens"
         )
         table.add("memory", f"long document, memory taken {when}", figures, len(feed.results) == 31 and named)
-    check_injections(table, judge, ("layer", "update after commit") if quick else None)
+    check_injections(table, judge, ("layer", "update after commit") if quick else None, quick)
 
 
 def take(memory, leave: int, device) -> torch.Tensor:
@@ -213,9 +212,15 @@ def take(memory, leave: int, device) -> torch.Tensor:
             size = size * 9 // 10
 
 
-def check_injections(table: Table, judge, sites=None) -> None:
+def mix(quick: bool) -> list:
+    """The engine tests' mixed rows (generated lists, verdicts, likelihoods); quick: those of one document."""
+    from tests.engine.test_engine_on_embedded_judge import mix as mixed
+
+    return [r for r in mixed() if r.sample_id == "a" or not quick]
+
+
+def check_injections(table: Table, judge, sites=None, quick: bool = False) -> None:
     from offline_sumscore.engine.local import TransformersEngine
-    from tests.engine.test_engine_on_embedded_judge import mix
     from tests.engine.test_gpu_memory_on_cpu import bounded, inject
 
     for site in sites or ("slot growth", "likelihood pack", "layer", "head", "update after commit"):
@@ -224,13 +229,15 @@ def check_injections(table: Table, judge, sites=None) -> None:
         injection = inject(engine, site, patches)
         steps = bounded(engine, 300)
         try:
-            results = engine.run(mix())
+            results = engine.run(mix(quick))
         finally:
             patches.undo()
             for hook in getattr(engine, "_hooks", []):
                 hook.remove()
         failed = [r for r in results if not r.ok and r.error_kind != "cap"]
-        ok = injection.raised == 1 and len(results) == len(mix()) and len(failed) <= (site == "update after commit")
+        ok = (
+            injection.raised == 1 and len(results) == len(mix(quick)) and len(failed) <= (site == "update after commit")
+        )
         table.add("memory", f"out of memory injected: {site}", f"{len(failed)} failed, {steps['n']} steps", ok)
 
 
@@ -342,8 +349,12 @@ def main() -> None:
     ap.add_argument("--tokenizer", default=None, help="the embedded judge's tokenizer and config (.gpu/tokenizer)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_out")))
     ap.add_argument("--sections", default="families,syncs,memory,attention,ladder")
-    ap.add_argument("--samples", type=int, default=None, help="ladder samples (48 on a GPU, 2 rehearsed)")
-    ap.add_argument("--quick", action="store_true", help="one of each memory check (make test's rehearsal)")
+    ap.add_argument("--samples", type=int, default=None, help="ladder samples (48 on a GPU; rehearsed: 2, 1 quick)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="make test's rehearsal: one of each memory check, one document's rows, one ladder sample",
+    )
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     if not cuda and not args.rehearse:
@@ -359,12 +370,13 @@ def main() -> None:
     tok_dir = tokenizer_dir(args.tokenizer)
     table.add("env", "device", f"{name}; {versions()}", True)
     wanted = args.sections.split(",")
+    ladder_samples = 48 if cuda else 1 if args.quick else 2
     sections = {
         "families": lambda: check_families(table, device, dtype),
-        "syncs": lambda: check_syncs(table, small_judge(tok_dir, device, dtype_name)),
+        "syncs": lambda: check_syncs(table, small_judge(tok_dir, device, dtype_name), args.quick),
         "memory": lambda: check_memory(table, small_judge(tok_dir, device, dtype_name), args.quick),
         "attention": lambda: check_attention(table, device, dtype, args.rehearse),
-        "ladder": lambda: check_ladder(table, tok_dir, device, args.rehearse, args.samples or (2 if not cuda else 48)),
+        "ladder": lambda: check_ladder(table, tok_dir, device, args.rehearse, args.samples or ladder_samples),
     }
     for section in wanted:
         started = time.perf_counter()

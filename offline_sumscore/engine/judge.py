@@ -218,6 +218,9 @@ class Judge:
     loaded_attention: str | None = None  # what the model was loaded with, before an engine set its own attention
     # KV slots no run holds, kept for the next (on a CPU: engine/local/forward.py Passes.take_slots)
     spare_slots: list = field(default_factory=list, repr=False)
+    # A full pass's measured memory peak, by the pass's shape and how it attends (engine/local/forward.py Passes
+    # .activation_peak): measured once per judge, not by every engine sized on it (seconds each on a GPU's pass size)
+    activation_peaks: dict = field(default_factory=dict, repr=False)
     special_texts: tuple[str, ...] | None = None  # the tokenizer's special tokens as text; found on first render
 
     def __post_init__(self):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 
 import pytest
 import torch
@@ -28,8 +29,8 @@ from tests.engine.test_engine_on_embedded_judge import mix, same
 pytestmark = pytest.mark.model
 SWITCH = "OFFLINE_SUMSCORE_DEVICE_MEMORY"
 WIDE = 2048  # MiB: the weights' 513 and room for every row of mix() at once
-NARROW = 1400  # MiB: a long document and one short row, not more
-TINY = 1000  # MiB: not even the long document alone
+NARROW = 1000  # MiB: a long document and a few short rows, not all of them
+TINY = 850  # MiB: not even the long document alone
 
 
 class Hung(BaseException):
@@ -79,11 +80,17 @@ def engine_on(judge, mib: int, monkeypatch) -> TransformersEngine:
     return engine
 
 
+def one_source() -> list:
+    """mix()'s rows of one document: every kind of pass the injections need (generated lists, verdicts, likelihoods),
+    in half the time."""
+    return [r for r in mix() if r.sample_id == "a"]
+
+
 @pytest.fixture(scope="module")
 def reference(gpu_judge):
     mp = pytest.MonkeyPatch()
     try:
-        return engine_on(gpu_judge, WIDE, mp).run(mix())
+        return engine_on(gpu_judge, WIDE, mp).run(one_source())
     finally:
         mp.undo()
 
@@ -93,7 +100,7 @@ SHORT = "The city council of Lindford voted on Tuesday to build a new public lib
 LONG = " ".join(
     f"Heavy rain flooded the river town of Ostby on day {k}, and about {200 + k} homes were evacuated while schools "
     "stayed shut."
-    for k in range(230)
+    for k in range(115)
 )
 
 
@@ -135,7 +142,7 @@ def test_a_long_document_beside_short_rows_on_a_gpu_that_cannot_hold_them_all_en
     engine = engine_on(gpu_judge, NARROW, monkeypatch)
     feed = LateFeed()
     tokens = len(gpu_judge.tokenizer(gpu_judge.render(feed.long.messages))["input_ids"])
-    assert tokens > 6000  # a document of about 2,000 tokens was enough to hang the engine on an H200
+    assert tokens > 3000  # a document of about 2,000 tokens was enough to hang the engine on an H200
     steps = bounded(engine, 200)
     engine.stream(feed)
     assert len(feed.results) == 31 and all(r.ok for r in feed.results.values()), [
@@ -155,7 +162,7 @@ def test_a_document_too_large_for_the_device_fails_alone_naming_its_tokens_and_t
     assert list(failed) == [99] and len(feed.results) == 31
     message = failed[99].error
     assert failed[99].error_kind == "memory" and "too large to run even alone" in message
-    assert f"KV budget of {engine.token_budget} tokens" in message and "needs 69" in message
+    assert f"KV budget of {engine.token_budget} tokens" in message and re.search(r"needs 3[0-9]{3} ", message), message
 
 
 def test_memory_taken_by_another_process_after_sizing_is_met_by_the_devices_own_refusals_and_never_hangs(
@@ -237,7 +244,7 @@ def test_out_of_memory_at_any_allocation_ends_with_every_row_answered_or_failed_
     injection = inject(engine, site, monkeypatch)
     steps = bounded(engine, 300)
     try:
-        results = engine.run(mix())
+        results = engine.run(one_source())
     finally:
         for hook in getattr(engine, "_hooks", []):
             hook.remove()
@@ -267,13 +274,13 @@ def test_a_cpu_engine_whose_store_pool_runs_out_of_memory_in_the_update_after_co
     """The review's third hang, on a CPU judge: the store's pool is made at its first keep, in the step's update,
     after the pass is committed. Out of memory there used to strand the step's rows; now the store keeps nothing."""
     engine = TransformersEngine(judge)
-    reference_results = TransformersEngine(judge).run([r for r in mix() if r.continuation is None])
+    reference_results = TransformersEngine(judge).run([r for r in one_source() if r.continuation is None])
     injection = Injection()
     original = prefix_store.BlockPool.__init__
     prefix_store.BlockPool.__init__ = injection.wrap(original)
     try:
         steps = bounded(engine, 300)
-        results = engine.run([r for r in mix() if r.continuation is None])
+        results = engine.run([r for r in one_source() if r.continuation is None])
     finally:
         prefix_store.BlockPool.__init__ = original
     assert injection.raised == 1 and engine.store.refused == 1 and steps["n"] < 300

@@ -1,6 +1,7 @@
 """The demo's three rows (a faithful summary, a wrong figure and a wrong outcome, a thin summary) through both metrics
-on the instruct judge: every drawn question closed, the planted '27' named against the source's 17, the faithful row
-passing and the thin one not, verdicts with reasons, the Ragas stages' keyphrases, questions and answers."""
+on the instruct judge, the two-axis score's rows from the CLI's run without --model (conftest's default_cli_demo):
+every drawn question closed, the planted '27' named against the source's 17, the faithful row passing and the thin one
+not, verdicts with reasons, the Ragas stages' keyphrases, questions and answers."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from importlib import resources
 
 import pytest
 
-from offline_sumscore import SummarizationScorer, SummaryScore
+from offline_sumscore import SummaryScore
 from offline_sumscore.scorers.stages.questions import is_closed_question
 
 pytestmark = pytest.mark.model
@@ -20,9 +21,8 @@ DEMO = [
 
 
 @pytest.fixture(scope="module")
-def two_axis(instruct_judge):
-    rows = SummarizationScorer(instruct_judge).score_many([(d["source"], d["summary"]) for d in DEMO])
-    return {d["id"]: r.to_dict() for d, r in zip(DEMO, rows)}
+def two_axis(default_cli_demo):
+    return default_cli_demo[0]
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def test_the_gpu_ladder_writes_the_full_engine_first_and_keeps_it_when_cut_short
             "--vocab",
             "0",
             "--samples",
-            "2",
+            "1",
             "--questions",
             "1",
             "--rungs",

@@ -124,17 +124,26 @@ def prepared_embedded(tmp_path_factory):
     return root, folder, time.perf_counter() - started
 
 
+@pytest.fixture(scope="module")
+def transformers_float32():
+    """transformers' own float32 load of the embedded judge's GGUF, the reference both tests below compare with (half
+    a minute on 2 cores: loaded once)."""
+    from offline_sumscore.engine.judge import _load_gguf
+
+    model, _ = _load_gguf(embedded_gguf_path())
+    return model
+
+
 @pytest.mark.model
-def test_every_prepared_tensor_is_transformers_float32_load(prepared_embedded):
+def test_every_prepared_tensor_is_transformers_float32_load(prepared_embedded, transformers_float32):
     """SmolLM2-135M is a llama GGUF in Q4_1: its q and k projections are un-permuted by transformers' tensor
     processor, which the coded tensors repeat as a row order, and its head is tied to the embedding."""
     from safetensors.torch import load_file
 
     from offline_sumscore.engine.cpu import gguf_codes
-    from offline_sumscore.engine.judge import _load_gguf
 
     _, folder, _ = prepared_embedded
-    model, _ = _load_gguf(embedded_gguf_path())
+    model = transformers_float32
     reference = model.state_dict()
     dense = {}
     for shard in sorted(folder.glob("*.safetensors")):
@@ -164,9 +173,9 @@ def test_every_prepared_tensor_is_transformers_float32_load(prepared_embedded):
 
 
 @pytest.mark.model
-def test_a_gguf_judge_holds_its_codes_not_a_float_copy(prepared_embedded, tmp_path, monkeypatch):
+def test_a_gguf_judge_holds_its_codes_not_a_float_copy(prepared_embedded, transformers_float32, tmp_path, monkeypatch):
     from offline_sumscore.engine.cpu import gguf_codes
-    from offline_sumscore.engine.judge import _load_gguf, load_judge
+    from offline_sumscore.engine.judge import load_judge
 
     root, folder, _ = prepared_embedded
     monkeypatch.setenv("OFFLINE_SUMSCORE_MODELS", str(root))
@@ -181,7 +190,7 @@ def test_a_gguf_judge_holds_its_codes_not_a_float_copy(prepared_embedded, tmp_pa
     codes = sum(b.numel() for b in judge.model.buffers() if b.dtype == torch.uint8)
     assert floats < 0.01 * codes  # norms only: no float copy of a weight
     ids = judge.tokenizer("The library opens in March.", return_tensors="pt")["input_ids"]
-    reference, _ = _load_gguf(embedded_gguf_path())  # transformers' float32 model
+    reference = transformers_float32
     with torch.no_grad():
         ours = torch.log_softmax(judge.model(ids).logits.float(), -1)
         theirs = torch.log_softmax(reference(ids).logits, -1)

@@ -134,11 +134,11 @@ def first_token_logprobs(url: str, stage: dict) -> tuple[float, float]:
 def test_a_server_stopped_mid_run_fails_the_open_rows_and_resume_finishes(server, tmp_path):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     base = demo_rows()
-    rows = [dict(base[i % len(base)], id=f"row-{i}") for i in range(8)]
+    rows = [dict(base[i % len(base)], id=f"row-{i}") for i in range(5)]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = score(src, out, server.url, "--chunk-size", "1", "--in-flight", "1", wait=False)
     deadline = time.time() + 600
-    while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
+    while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 2):
         assert run.poll() is None, run.stdout.read()
         time.sleep(0.2)
     server.stop()
@@ -147,13 +147,13 @@ def test_a_server_stopped_mid_run_fails_the_open_rows_and_resume_finishes(server
     first = [json.loads(line) for line in out.read_text().splitlines()]
     finished = [r for r in first if not r.get("error")]
     failed = [r for r in first if r.get("error")]
-    assert len(first) == 8 and len(finished) >= 3 and failed, said
+    assert len(first) == 5 and len(finished) >= 2 and failed, said
     assert all(
         r["error"]["cause"].endswith(":model") and "could not be reached" in r["error"]["message"] for r in failed
     )
     assert "--resume" in said
     server.start()
-    again = score(src, out, server.url, "--chunk-size", "1", "--in-flight", "1", "--resume")
+    again = score(src, out, server.url, "--resume")  # the failed rows at once, as a user resumes
     assert again.returncode == 0, again.stdout + again.stderr[-3000:]
     final = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert sorted(final) == sorted(r["id"] for r in rows) and not any(r.get("error") for r in final.values())

@@ -84,6 +84,7 @@ class TransformersEngine(Engine):
             max_rows=self.max_rows,
             stats=self.stats,
             spares=judge.spare_slots,
+            peaks=judge.activation_peaks,
             lab=settings,
             memory=self.device_memory,
         )

@@ -27,12 +27,14 @@ class Passes:
         max_rows: int,
         stats: EngineStats,
         spares: list[KVSlots] | None = None,
+        peaks: dict | None = None,
         lab: LabSettings | None = None,
         memory: DeviceMemory | None = None,
     ):
         """lab: the developer hook's settings (lab.py): a timing hook, the attention kernel on or off. memory: the
         device's (device_memory.py); a bounded one gets a GPU's attention calls, and slots that claim their shapes
-        from the engine's KV budget once it is set (budget)."""
+        from the engine's KV budget once it is set (budget). peaks: the judge's activation peaks measured before
+        (activation_peak), kept across engines."""
         lab = lab or LabSettings()
         self.model, self.max_rows, self.stats, self.on_timing = model, max_rows, stats, lab.on_timing
         self.memory = memory if memory is not None else device_memory(model.device)
@@ -48,6 +50,7 @@ class Passes:
                 model.device, model.dtype, head_dim, lab.attention_kernel, softcap
             )
         self.spares = spares if spares is not None else []  # the judge's idle KV slots (take_slots)
+        self.peaks = peaks if peaks is not None else {}
         # slots taken -> stats.nan_rows then (give_slots); weak, so slots a failed run dropped leave no entry
         self._nan_rows_at_take: weakref.WeakKeyDictionary[KVSlots, int] = weakref.WeakKeyDictionary()
         self.device = model.device
@@ -95,7 +98,15 @@ class Passes:
         """The most memory one full pass takes beyond its keys and values, measured (as vLLM profiles its model
         before sizing its cache): `tokens` prompt tokens in rows of at most the model's context, fresh prompts as a
         prefill pass is, and the vocabulary projection at `reads` of them, on slots of their own. In bytes; 0
-        where the device cannot tell."""
+        where the device cannot tell. Measured once per judge and pass: a second engine on the same judge reads it."""
+        # The same model, pass and way of attending allocate the same, whatever memory is free around them.
+        attends = "sdpa" if self.kernel is None else "kernel"
+        key = (tokens, reads, vocab, attends, self.call_rule, self.memory.kind, str(self.model.dtype), str(self.device))
+        if key not in self.peaks:
+            self.peaks[key] = self._measure_peak(tokens, reads, vocab)
+        return self.peaks[key]
+
+    def _measure_peak(self, tokens: int, reads: int, vocab: int) -> int:
         context = int(getattr(self.model.config, "max_position_embeddings", 0) or tokens)
         lengths = [min(context, tokens - at) for at in range(0, tokens, context)]
         counted = self.stats.forward_passes  # the profile is no pass of any run's
