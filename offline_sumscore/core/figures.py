@@ -9,7 +9,9 @@ gives in its place, whatever the judge. So, for every judge:
   won, still is);
 - figure_check: each number, amount, percentage and date of a summary sentence that the source does not state at
   all (by value: "1.2 billion" is "1,200,000,000", "two" is "2", "per cent" is "%"), with the source's figure of the
-  same kind in the aligned sentence, and the words after it ("3,870: the source says 1,870 vacant posts").
+  same kind in the aligned sentence, and the words after it ("3,870: the source says 1,870 vacant posts"): of the
+  same measure where a unit follows it ("220 °C" against "180 degrees", never the "40 minutes" beside it), and for
+  the same thing (the figure whose words around it the summary's figure shares, before the nearest value).
 Numbers are compared by value and kind, so a summary may write "12%" for "12 per cent", "1.2bn" for "1.2 billion"
 or "two" for "2"; a figure the source does not state anywhere is named, and where the aligned sentence states
 another figure of its kind, that is a conflict the scorer counts against the claim.
@@ -47,6 +49,17 @@ _WORD_FIGURE = re.compile(
     r"(?:\s(?P<scale>thousand|million|billion|trillion)\b)?(?P<percent>\s(?:per\s?cent|percent)\b)?",
     re.IGNORECASE,
 )
+# What a figure's unit word measures: a figure measuring one thing never stands for one measuring another (a
+# summary's "220 °C" is not the source's "40 minutes", whichever value is nearer).
+UNITS = {
+    **dict.fromkeys("°c °f ºc ºf degrees degree celsius fahrenheit".split(), "temperature"),
+    **dict.fromkeys("seconds second secs minutes minute mins hours hour hrs days day weeks week".split(), "time"),
+    **dict.fromkeys(
+        "mm cm km metres meters metre meter kilometres kilometers miles mile feet foot ft inches".split(), "length"
+    ),
+    **dict.fromkeys("g grams gram kg kilograms kilogram tonnes tons lb lbs ounces oz".split(), "mass"),
+    **dict.fromkeys("ml litres liters litre liter gallons".split(), "volume"),
+}
 _DATE_WORD = re.compile(r"\b(?P<word>" + "|".join(MONTHS + WEEKDAYS) + r")\b", re.IGNORECASE)
 _STOP = frozenset("the a an of and to in on at for by with from as is was were are be has had have it its that".split())
 
@@ -71,7 +84,7 @@ def figures(text: str) -> list[Figure]:
             kind = "year"
         found.append(Figure(m.group().strip(), kind, value, m.start(), m.end()))
     for m in _WORD_FIGURE.finditer(text):
-        if any(f.start <= m.start() < f.end for f in found):
+        if any(f.start <= m.start() < f.end for f in found) or _pronoun_one(text, m):
             continue
         value = NUMBER_WORDS[m.group("word").lower()] * SCALES.get((m.group("scale") or "").lower(), 1)
         found.append(Figure(m.group(), "percent" if m.group("percent") else "number", value, m.start(), m.end()))
@@ -79,6 +92,18 @@ def figures(text: str) -> list[Figure]:
         word = m.group("word").lower()
         found.append(Figure(m.group(), "month" if word in MONTHS else "weekday", word, m.start(), m.end()))
     return sorted(found, key=lambda f: f.start)
+
+
+# "one" that counts nobody: "no one was hurt", "the one who", "one of the players", "one another"
+_ONE_BEFORE = frozenset("no any every each the this that which".split())
+_ONE_AFTER = frozenset("of another".split())
+
+
+def _pronoun_one(text: str, m: re.Match) -> bool:
+    if m.group("word").lower() != "one" or m.group("scale") or m.group("percent"):
+        return False
+    before, after = text[: m.start()].split()[-1:], text[m.end() :].split()[:1]
+    return bool(before and _bare(before[0]) in _ONE_BEFORE) or bool(after and _bare(after[0]) in _ONE_AFTER)
 
 
 def same_figure(a: Figure, b: Figure) -> bool:
@@ -169,29 +194,55 @@ def figure_place(figure: Figure, statement: str, source: str) -> tuple[str, Figu
     sentence = max(
         pieces, key=lambda s: (len(near & content_words(s)), len(whole & content_words(s)), -pieces.index(s))
     )
-    unit = content_words(" ".join(after[:2]))
+    unit, measures = content_words(" ".join(after[:2])), unit_of(statement[figure.end :])
 
-    def fit(s: Figure) -> tuple:
+    def fit(s: Figure, sentence: str = sentence) -> tuple:
+        """The same unit after it; then the most words around it shared with the statement's words around its
+        figure ("$38 million for the bridge" for "$58M for the bridge", not the "$48 million bond issue" beside
+        it, although 48 is nearer 58); then the same scale; then the nearest value."""
         unit_fits = len(unit & content_words(" ".join(sentence[s.end :].split()[:2])))
+        around = sentence[: s.start].split()[-CONTEXT_WORDS:] + sentence[s.end :].split()[:CONTEXT_WORDS]
+        shared = len(near & content_words(" ".join(around)) - {w for w in near if w.isdigit()})
         if isinstance(s.value, str) or isinstance(figure.value, str):
-            return (unit_fits, 0, 0.0)
+            return (unit_fits, shared, 0, 0.0)
         scale = (abs(s.value) >= 1e3) == (abs(figure.value) >= 1e3) and (abs(s.value) >= 1e6) == (
             abs(figure.value) >= 1e6
         )
-        return (unit_fits, int(scale), -abs(s.value - figure.value) / max(abs(figure.value), 1))
+        return (unit_fits, shared, int(scale), -abs(s.value - figure.value) / max(abs(figure.value), 1))
 
-    rivals = [s for s in figures(sentence) if _kind_of(s) == _kind_of(figure)]
+    def of_its_kind(text: str) -> list[Figure]:
+        found = [s for s in figures(text) if _kind_of(s) == _kind_of(figure)]
+        return [s for s in found if not _measure_other_things(measures, unit_of(text[s.end :]))]
+
+    rivals = of_its_kind(sentence)
+    if not rivals and measures is not None:
+        # A figure with a unit ("220 °C") whose sentence states none of that measure ("Bake for 40 minutes"): the
+        # source's figure of the same measure in another sentence ("Heat the oven to 180 °C") is the one it stands
+        # for; the figure itself is one the source states nowhere, so a copied figure is never accused.
+        placed = [(s, piece) for piece in pieces for s in of_its_kind(piece) if unit_of(piece[s.end :]) == measures]
+        if placed:
+            rival, sentence = max(placed, key=lambda found: fit(found[0], found[1]))
+            return sentence, rival
     if not rivals:
         # The sentence after names what this one said of its subject ("Marta Ruiz won ... . She is 17 years old"):
         # a figure of the kind there, of the same scale, is the one the statement's figure stands for. Only the next
         # sentence, and only a figure the source states nowhere reaches here, so a copied figure is never accused.
         at = pieces.index(sentence)
         follow = pieces[at + 1] if at + 1 < len(pieces) else ""
-        near_rivals = [s for s in figures(follow) if _kind_of(s) == _kind_of(figure) and _scale_fits(s, figure)]
+        near_rivals = [s for s in of_its_kind(follow) if _scale_fits(s, figure)]
         if near_rivals:
-            sentence = follow  # fit() reads the words after each rival in this sentence
-            return sentence, max(near_rivals, key=fit)
+            return follow, max(near_rivals, key=lambda s: fit(s, follow))  # fit reads the words around each in it
     return sentence, (max(rivals, key=fit) if rivals else None)
+
+
+def unit_of(text_after: str) -> str | None:
+    """What the word right after a figure measures (UNITS: "temperature" for "°C" or "degrees"), or None: no unit."""
+    words = text_after.split()[:1]
+    return UNITS.get(words[0].strip(".,;:!?\"'()").lower()) if words else None
+
+
+def _measure_other_things(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and a != b
 
 
 def _scale_fits(a: Figure, b: Figure) -> bool:

@@ -27,9 +27,13 @@ SOFT_COVERAGE = "mean P(covered) over the key sentences"
 
 
 # What rows record of two rules every design runs by (settings.design), so rows scored before them can be told apart:
-# a figure the claims stage dropped is still checked (two_axis_stages.figures_beyond_claims), and drawn questions are
-# closed by their grammar (scorers/stages/questions.CLOSED_QUESTION).
-FIGURE_RULE = "every figure of the summary checked against the source, whether or not a claim kept it"
+# a figure the claims stage dropped is still checked (two_axis_stages.figures_beyond_claims) and named against the
+# source's figure of its measure and thing (core.figures.figure_place: "220 °C" never against "40 minutes"; "no
+# one" counts nobody), and drawn questions are closed by their grammar (scorers/stages/questions.CLOSED_QUESTION).
+FIGURE_RULE = (
+    "every figure of the summary checked against the source, whether or not a claim kept it; named against the "
+    "source's figure of the same measure and for the same thing"
+)
 CLOSED_QUESTION_RULE = "drawn questions closed by the grammar: an auxiliary verb first, one question mark last"
 
 

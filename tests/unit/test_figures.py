@@ -43,6 +43,38 @@ def test_a_changed_figure_is_named_with_the_sources_figure_where_the_sentence_si
     assert year["source_figure"] == "2027" and year["kind"] == "year"
 
 
+def test_a_changed_amount_is_named_with_the_amount_for_the_same_thing_not_the_nearest_value():
+    """The third day's report: "$58M" for the bridge was named against the "$48 million" bond issue beside it."""
+    source = "The budget includes $38 million for the Elm Street bridge and a $48 million bond issue for schools."
+    (found,) = figure_check("The budget sets aside $58M for the Elm Street bridge.", source)
+    assert found["source_figure"] == "$38 million", found
+
+
+def test_a_figure_with_a_unit_is_named_against_a_figure_of_the_same_measure_never_another():
+    """The third day's report: "220 °C" was named against "40" (the minutes) of the sentence it sits in."""
+    source = "Heat the oven to 180 °C. Bake the cake for 40 minutes, until a skewer comes out clean."
+    (found,) = figure_check("Bake the cake at 220 °C for 40 minutes.", source)
+    assert figure_note(found) == "220: the source says 180 °C", found
+    (same_sentence,) = figure_check("Bake at 220 °C.", "Bake it at 180 degrees Celsius for 40 minutes.")
+    assert same_sentence["source_figure"] == "180"
+    # a unit of another measure, with no figure of its own measure anywhere: named, never a conflict
+    (alone,) = figure_check("Rest the dough for 30 grams.", "Rest the dough for 20 minutes.")
+    assert alone["source_figure"] is None
+
+
+@pytest.mark.parametrize(
+    "summary",
+    ["No one was hurt.", "She was the one who scored.", "It was one of the wettest days.", "They helped one another."],
+)
+def test_one_that_counts_nobody_is_no_figure(summary):
+    assert figure_check(summary, "Heavy rain fell on Thursday, and nobody was injured.") == []
+
+
+def test_one_that_counts_is_a_figure():
+    (found,) = figure_check("One bridge was closed.", "Two bridges were closed.")
+    assert found["source_figure"] == "Two"
+
+
 def test_a_figure_the_source_states_nowhere_with_none_of_its_kind_beside_it_is_named_without_a_rival():
     (found,) = figure_check("The mayor, Ana Costa, has 12 grandchildren.", "The mayor, Ana Costa, will retire.")
     assert found["source_figure"] is None and figure_note(found) == "12: the source states no such figure"
