@@ -30,12 +30,17 @@ class Terminated(BaseException):
 
 @contextlib.contextmanager
 def interruptible(record: str):
-    """Ctrl-C (130) or SIGTERM (143) during a run: say how many rows OUTPUT kept and how to finish, then exit."""
+    """Ctrl-C (130) or SIGTERM (143) during a run: say how many rows OUTPUT kept and how to finish, then exit.
+
+    SIGINT gets Python's own handler (KeyboardInterrupt) whatever the run inherited: a shell without job control (a
+    script's `sumscore score ... &`) starts its background jobs with SIGINT ignored, and such a run ignored Ctrl-C
+    and `kill -INT` to its end."""
 
     def on_term(signum, frame):
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, on_term)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except (KeyboardInterrupt, Terminated) as exc:
@@ -49,6 +54,7 @@ def interruptible(record: str):
         sys.exit(code)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 class InputProblem(click.ClickException):

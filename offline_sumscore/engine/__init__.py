@@ -1,8 +1,9 @@
 """Engines: what answers stage requests. Holds the contract (Engine), the layers stacked in front of an engine
 (retry.py, stage_cache.py), the engines themselves (local/ runs a judge in this process, vllm_engine.py runs it
 under vLLM's engine, openai_compatible.py asks a server, scripted.py replays fixed JSON for tests), the judge's
-loading (judge.py), its CPU linears (cpu_gemm.py, block_codes.py), its grammars (grammar.py), P(yes) from returned
-log-probabilities (choice_logprobs.py), and build.py, the one place where an engine is chosen and made.
+loading (judge.py; whether its weights fit the device: device_fit.py), its CPU linears (cpu_gemm.py,
+block_codes.py), its grammars (grammar.py), P(yes) from returned log-probabilities (choice_logprobs.py), and
+build.py, the one place where an engine is chosen and made.
 
 May import core/ only. An engine answers StageRequests; it never knows which metric asked.
 

@@ -79,6 +79,10 @@ def resolve(spec: EngineSpec) -> tuple[EngineSpec, str]:
             from offline_sumscore.engine.vllm_engine import NOT_INSTALLED
 
             raise UsageError(NOT_INSTALLED)
+    if spec.kind in ("auto", LOCAL):  # the kinds that read a .gguf file in this process
+        from offline_sumscore.engine.model_header import refuse_cut_gguf
+
+        refuse_cut_gguf(spec.model)
     if spec.kind != "auto":
         return spec, f"{spec.kind} (asked for with --engine {spec.kind})"
     kind, why = _auto_kind(spec.model, spec.device)

@@ -19,6 +19,7 @@ from typing import Any
 from offline_sumscore.core.errors import Failure, ModelLoadError
 from offline_sumscore.core.schemas import max_json_chars
 from offline_sumscore.engine import presets as preset_table
+from offline_sumscore.engine.device_fit import out_of_memory_said, refuse_larger_than_device
 from offline_sumscore.engine.gguf_convert import (  # noqa: F401 (the embedded judge's names, imported from here)
     EMBEDDED_GGUF,
     EMBEDDED_NAME,
@@ -352,32 +353,19 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
     dev, dev_reason = _pick_device(device)
     # Every GGUF but the embedded judge's (float32 in memory, its CPU kernels and tests tied to those bits) loads from
     # its prepared folder: on a CPU its weights stay the file's block codes, never dequantized to float32 at every load.
-    prepared = prepare_judge(path) if path.is_file() and path.name != EMBEDDED_GGUF else None
-    torch_dtype, dtype_reason = _pick_dtype(dtype, dev, prepared is not None)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        if prepared is not None:
-            from offline_sumscore.engine.gguf_load import load_prepared
-
-            in_place = dev == "cpu" and emulated_memory_mib() is None
-            hf_model, tokenizer, weights_said = load_prepared(prepared, path, torch_dtype, dev, in_place)
-        elif path.is_file():
-            hf_model, tokenizer = _load_gguf(path)
-            hf_model.to(dtype=torch_dtype)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-            hf_model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch_dtype)
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{path} could not be loaded as a causal language model: {str(exc).splitlines()[0]}"
-        ) from exc
+    to_prepare = path.is_file() and path.name != EMBEDDED_GGUF
+    torch_dtype, dtype_reason = _pick_dtype(dtype, dev, to_prepare)
+    weights = refuse_larger_than_device(path, dev, torch_dtype)  # before a GGUF is prepared or a weight loads
+    prepared = prepare_judge(path) if to_prepare else None
+    with out_of_memory_said(path, dev, weights):
+        hf_model, tokenizer, weights_said = _load_weights(path, prepared, torch_dtype, dev)
     if not getattr(tokenizer, "chat_template", None):
         raise ModelLoadError(
             f"{path} has no chat template (tokenizer_config.json: chat_template); pass an "
             f"instruct/chat model, not a base model"
         )
-    hf_model.to(dev)
+    with out_of_memory_said(path, dev, weights):
+        hf_model.to(dev)
     hf_model.eval()
     decisions = {"device": f"{dev} ({dev_reason})", "dtype": f"{torch_dtype} ({dtype_reason})"}
     if prepared is not None:
@@ -417,6 +405,31 @@ def load_judge(model: str | os.PathLike | None = None, *, device: str = "auto", 
         # The embedded weights however named: by default, by preset or by their .gguf path.
         embedded=path.name in (EMBEDDED_NAME, EMBEDDED_GGUF),
     )
+
+
+def _load_weights(path: Path, prepared: Path | None, torch_dtype, dev: str):
+    """(model, tokenizer, what was done with a prepared GGUF's weights or None), in the host's memory; an unreadable
+    model is a ModelLoadError naming it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from offline_sumscore.engine.local.device_memory import emulated_memory_mib
+
+    try:
+        if prepared is not None:
+            from offline_sumscore.engine.gguf_load import load_prepared
+
+            in_place = dev == "cpu" and emulated_memory_mib() is None
+            return load_prepared(prepared, path, torch_dtype, dev, in_place)
+        if path.is_file():
+            hf_model, tokenizer = _load_gguf(path)
+            return hf_model.to(dtype=torch_dtype), tokenizer, None
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        hf_model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True, dtype=torch_dtype)
+        return hf_model, tokenizer, None
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{path} could not be loaded as a causal language model: {str(exc).splitlines()[0]}"
+        ) from exc
 
 
 def _embedding_off_memory(hf_model, prepared: Path) -> str:

@@ -30,6 +30,21 @@ def output_kind(path: str | os.PathLike) -> str:
     return {".json": ".jsonl"}.get(suffix, suffix)
 
 
+# The libraries each OUTPUT format needs beyond Python's own (JSONL and CSV need none).
+WRITER_MODULES = {".parquet": ("pyarrow", "pyarrow.parquet")}
+
+
+def need_writer(path: str | os.PathLike, kind: str | None = None) -> None:
+    """OUTPUT's format (kind, else path's extension) can be written here, or a UsageError naming the library missing
+    and how to install it. A run checks this before its judge loads: a Parquet OUTPUT without pyarrow used to be
+    refused once the judge had loaded and every row was scored."""
+    for module in WRITER_MODULES.get(kind or output_kind(path), ()):
+        try:
+            need_module(module)
+        except UsageError as exc:
+            raise UsageError(f"OUTPUT {path}: {exc}; or write JSONL or CSV") from None
+
+
 INPUT_PREFIX = "input."
 
 

@@ -23,7 +23,7 @@ from offline_sumscore.core.run_lock import run_lock
 from offline_sumscore.core.samples import BadRow
 from offline_sumscore.engine.build import EngineSpec, resolve, with_settings
 from offline_sumscore.io.inputs import read_rows
-from offline_sumscore.io.outputs import output_kind, read_results, write_rows
+from offline_sumscore.io.outputs import need_writer, output_kind, read_results, write_rows
 from offline_sumscore.peers.mastra import to_mastra
 from offline_sumscore.runs.bulk import DEFAULT_CHUNK_SIZE, BulkReport, run_bulk
 from offline_sumscore.runs.ray_pool import RayPool
@@ -129,16 +129,15 @@ def score_file(
     for name, value in (("chunk_size", chunk_size), ("in_flight", in_flight), ("shard_rows", shard_rows)):
         if value is not None:
             check_count(name, value)  # before the judge loads: a typo costs no model load
+    if output_format not in ("native", "mastra"):
+        raise UsageError(f"output_format must be native or mastra. Given: {output_format}")
+    output = _checked_output(input_path, output_path, output_format, shard_format)
     options = dict(options or {})
     engine, chosen = _engine_choice(scorer, engine, model, options)
     announce = announce or (chosen and f"engine: {chosen}")
     scorer = _scorer(scorer, metric, options, cache, engine)
-    if output_format not in ("native", "mastra"):
-        raise UsageError(f"output_format must be native or mastra. Given: {output_format}")
     if output_format == "mastra" and scorer.metric != "two-axis":
         raise UsageError("--output-format mastra is the two-axis metric's shape")
-    output = Output.at(output_path, output_format)
-    refuse_overwriting_input(input_path, [output.path, output.record])
     items = _rows(input_path, source_field, summary_field, id_field, allow_long_summary)
     # OUTPUT's folder is made now, before the judge loads: a typo in a path costs no model load.
     (Path(output.path) if output.sharded else Path(output.path).parent).mkdir(parents=True, exist_ok=True)
@@ -168,6 +167,15 @@ def score_file(
     return FileRun(
         report=report, scorer=scorer, output=output, bad_rows=len(bad), seconds=time.perf_counter() - started
     )
+
+
+def _checked_output(input_path, output_path, output_format: str, shard_format: str) -> Output:
+    """OUTPUT, refused before the engine is chosen (which imports torch: seconds) and long before the judge loads
+    where its format's library is missing or it would overwrite INPUT."""
+    output = Output.at(output_path, output_format)
+    need_writer(output.path, "." + shard_format if output.sharded else None)
+    refuse_overwriting_input(input_path, [output.path, output.record])
+    return output
 
 
 def _bad_rows(items: list, scorer, fail_fast: bool, notify, warn) -> list[BadRow]:

@@ -12,8 +12,11 @@ counts its steps and stops the test past a bound: a hang fails, it never hangs t
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -151,6 +154,28 @@ def test_a_long_document_beside_short_rows_on_a_gpu_that_cannot_hold_them_all_en
     # the device could not hold them all at once: the long row ran beside few others, never all thirty
     assert 31 * (tokens + 30) > engine.token_budget and steps["n"] < 100
     assert engine.device_memory.refusals == 0  # the budget kept every allocation inside the device
+
+
+def test_a_judge_larger_than_the_device_is_one_line_naming_its_weights_and_the_cap_before_it_loads(tmp_path):
+    """The CLI on the embedded judge's 513 MiB under a 300 MiB GPU: refused from its files' headers, before loading,
+    in one line with the model-load exit code (it was torch.OutOfMemoryError's traceback, once the judge had
+    loaded)."""
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"id": "a", "source": "The council met on Tuesday.", "summary": "It met."}) + "\n")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **{SWITCH: "300"})
+    command = [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(tmp_path / "out.jsonl")]
+    proc = subprocess.run([*command, "--model", "smollm2-135m"], env=env, capture_output=True, text=True, timeout=300)
+    said = (proc.stdout + proc.stderr).strip()
+    assert proc.returncode == 2 and "\n" not in said, said
+    assert "its weights take 513 MiB in float32, more than the whole device holds: emulated GPU of 300 MiB" in said
+    assert "(refused before loading)" in said and "OutOfMemoryError" not in said and "Loading weights" not in said
+
+
+def test_a_device_with_room_for_the_weights_but_not_a_pass_is_one_line_not_out_of_memory(gpu_judge, monkeypatch):
+    """540 MiB: the 513 MiB of weights fit, one pass beside them does not; sizing says so in one line."""
+    with pytest.raises(ModelLoadError, match="does not fit this device with room to judge") as info:
+        engine_on(gpu_judge, 540, monkeypatch)
+    assert "\n" not in str(info.value) and "emulated GPU of 540 MiB" in str(info.value)
 
 
 def test_a_document_too_large_for_the_device_fails_alone_naming_its_tokens_and_the_budget(gpu_judge, monkeypatch):

@@ -29,7 +29,7 @@ ROWS = [json.loads(line) for line in COUNCIL.read_text().splitlines()]
 CAPS = "--claims sentences --coverage key_sentences --key-sentences 2 --verdicts yes-no --max-reason-chars 60".split()
 
 
-def sumscore(src, out, cache, *extra, wait=True):
+def sumscore(src, out, cache, *extra, wait=True, started_as=as_in_a_terminal):
     env = dict(os.environ, OFFLINE_SUMSCORE_CACHE=str(cache), HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     # Two rows in flight: chunks of two finish one after another, so a kill can land between them.
     cmd = [
@@ -50,7 +50,7 @@ def sumscore(src, out, cache, *extra, wait=True):
     ]
     if not wait:
         return subprocess.Popen(
-            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=as_in_a_terminal
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=started_as
         )
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
@@ -116,6 +116,36 @@ def test_ctrl_c_and_sigterm_keep_the_rows_say_so_and_resume_finishes(tmp_path, s
     assert f"{word}: {kept} rows kept in {out}; rerun the same command with --resume to finish" in text
     resumed = sumscore(src, out, tmp_path / "cache.sqlite", "--resume")
     assert resumed.returncode == 0 and len(rows_of(out)) == len(ROWS)
+
+
+def test_a_run_started_with_sigint_ignored_still_stops_at_sigint_keeping_its_rows(tmp_path):
+    """A script's background job inherits SIGINT ignored (a shell without job control starts it so): the run installs
+    its own handler, so SIGINT ends it within seconds, as Ctrl-C does in a terminal, keeping the rows it finished."""
+    demo = (resources.files("offline_sumscore") / "examples" / "demo.jsonl").read_text().splitlines()
+    rows = [dict(json.loads(line), id=f"{json.loads(line)['id']}-{n}") for n in range(4) for line in demo]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def sigint_ignored():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = sumscore(
+        src, out, tmp_path / "cache.sqlite", "--model", "smollm2-135m", wait=False, started_as=sigint_ignored
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and not (out.exists() and out.read_bytes().count(b"\n") >= 1):
+        time.sleep(0.1)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    interrupted = time.time()
+    proc.send_signal(signal.SIGINT)
+    text = proc.communicate(timeout=60)[0]
+    took = time.time() - interrupted
+    kept = out.read_bytes().count(b"\n")
+    assert proc.returncode == 130 and took < 10 and "Traceback" not in text, (proc.returncode, took, text)
+    assert 1 <= kept < len(rows) and f"interrupted: {kept} rows kept in {out}" in text
+    got = rows_of(out)  # finished rows, in the order they finished (the run puts them in input order at its end)
+    assert len({r["id"] for r in got}) == kept and {r["id"] for r in got} <= {r["id"] for r in rows}
+    assert all(r["score"] is not None for r in got)
 
 
 def test_verdict_flip_rate_across_batch_sizes_is_measured(judge, capsys):

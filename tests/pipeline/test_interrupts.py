@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -69,7 +70,13 @@ def stalling():
     server.close()
 
 
-def start_run(tmp_path, url: str) -> tuple[subprocess.Popen, Path]:
+def sigint_ignored():
+    """A child's preexec_fn: SIGINT ignored, as a shell without job control starts a script's background job (`sumscore
+    score ... &`); the run must install its own handler, or Ctrl-C and `kill -INT` do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_run(tmp_path, url: str, started_as=as_in_a_terminal) -> tuple[subprocess.Popen, Path]:
     rows = [{"id": f"r{i}", "source": f"Source number {i} is long enough to judge.", "summary": "S."} for i in range(6)]
     src, out = write_jsonl(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
     command = [sys.executable, "-m", "offline_sumscore", "score", str(src), "-o", str(out), "--judge-url", url]
@@ -77,7 +84,7 @@ def start_run(tmp_path, url: str) -> tuple[subprocess.Popen, Path]:
     command += ["--max-questions", "1", "--no-reason", "--in-flight", "1", "--judge-concurrency", "1", "--no-cache"]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     output = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, preexec_fn=as_in_a_terminal, **output)
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, preexec_fn=started_as, **output)
     return proc, out
 
 
@@ -93,8 +100,9 @@ def wait_for_rows(out: Path, proc: subprocess.Popen, n: int, seconds: float = 60
         time.sleep(0.1)
 
 
-def test_ctrl_c_on_a_served_judge_ends_the_run_within_seconds_keeping_its_finished_rows(tmp_path, stalling):
-    proc, out = start_run(tmp_path, stalling.url)
+@pytest.mark.parametrize("started_as", [as_in_a_terminal, sigint_ignored])
+def test_ctrl_c_on_a_served_judge_ends_the_run_within_seconds_keeping_its_finished_rows(tmp_path, stalling, started_as):
+    proc, out = start_run(tmp_path, stalling.url, started_as)
     try:
         wait_for_rows(out, proc, 2)
         time.sleep(0.5)  # the next row's requests are out, and the server holds them
@@ -107,6 +115,63 @@ def test_ctrl_c_on_a_served_judge_ends_the_run_within_seconds_keeping_its_finish
     assert proc.returncode == 130 and took < 10, (proc.returncode, took, said)
     assert f"interrupted: 2 rows kept in {out}" in said
     assert [r["id"] for r in rows_in(out)] == ["r0", "r1"]
+
+
+class SilentServer:
+    """Accepts every connection and reads what is sent, and never answers a byte: a server hung before its first
+    reply."""
+
+    def __init__(self):
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.accepted = threading.Event()
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/v1"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.held.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+            self.accepted.set()
+
+    @staticmethod
+    def _read(conn: socket.socket) -> None:
+        try:
+            while conn.recv(65536):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_run_started_with_sigint_ignored_on_a_silent_server_ends_at_sigint_within_seconds(tmp_path):
+    """SIGINT ignored by the parent (a script's background job) and a server that never answers: the run used to
+    wait out every request's --judge-timeout (over 40 s); SIGINT ends it within seconds, exit 130, nothing written as
+    finished."""
+    server = SilentServer()
+    proc, out = start_run(tmp_path, server.url, sigint_ignored)
+    try:
+        assert server.accepted.wait(60), "the run sent no request"
+        time.sleep(2)  # the run waits on its requests
+        assert proc.poll() is None, proc.stdout.read()
+        interrupted = time.time()
+        proc.send_signal(signal.SIGINT)
+        said, _ = proc.communicate(timeout=10)
+        took = time.time() - interrupted
+    finally:
+        proc.kill()
+        server.close()
+    assert proc.returncode == 130 and took < 10, (proc.returncode, took, said)
+    assert "Traceback" not in said and f"interrupted: 0 rows kept in {out}" in said
+    assert rows_in(out) == []
 
 
 def test_a_run_killed_after_its_first_rows_finds_them_in_output(tmp_path, stalling):

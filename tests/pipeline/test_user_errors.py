@@ -7,21 +7,24 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from offline_sumscore import SummarizationScorer
+from offline_sumscore import ModelLoadError, SummarizationScorer
 from offline_sumscore.cli import main
 from offline_sumscore.core.samples import BadRow
 from offline_sumscore.io.inputs import read_rows
 from tests.conftest import enqueue_two_axis, write_jsonl
 
+ROOT = Path(__file__).resolve().parents[2]
 ROW = {"id": "a", "source": "The council voted to build a library on Mill Street.", "summary": "A library."}
 
 
-def sumscore(*args, cwd=None):
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+def sumscore(*args, cwd=None, env=None):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "offline_sumscore", *map(str, args)],
         capture_output=True,
@@ -88,6 +91,61 @@ def test_a_truncated_gguf_is_named_truncated_or_corrupt(tmp_path):
     src = write_jsonl(tmp_path / "in.jsonl", [ROW])
     text = one_line_error(sumscore("score", src, "-o", tmp_path / "out.jsonl", "--model", cut))
     assert "is truncated or corrupt" in text
+
+
+def test_a_gguf_cut_short_after_its_header_is_refused_from_its_size_in_under_2_s(tmp_path):
+    """The header whole, the tensors' bytes not: refused from the header and the file's size, before the engine is
+    chosen (torch's import) or transformers' reader fails deep in a tensor (13 s for the embedded judge cut in half)."""
+    from offline_sumscore.engine.build import EngineSpec, resolve
+    from offline_sumscore.engine.judge import embedded_gguf_path
+    from offline_sumscore.engine.model_header import read_gguf_layout
+
+    whole = embedded_gguf_path()
+    cut = tmp_path / "cut.gguf"
+    with open(whole, "rb") as fh:
+        cut.write_bytes(fh.read(read_gguf_layout(whole).data_start + 4096))  # the header and a few bytes of data
+    with open(cut, "r+b") as fh:
+        fh.truncate(whole.stat().st_size - 1)  # sparse: one byte short of the whole file
+    started = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="is truncated: its GGUF header lists 272 tensors") as info:
+        resolve(EngineSpec(model=str(cut)))
+    assert time.perf_counter() - started < 2 and "(1 missing)" in str(info.value)
+    src = write_jsonl(tmp_path / "in.jsonl", [ROW])
+    python_alone = timed(sumscore, "--help")[1]  # the interpreter and the package's imports, which any run pays
+    proc, took = timed(sumscore, "score", src, "-o", tmp_path / "out.jsonl", "--model", cut)
+    text = one_line_error(proc)
+    assert "\n" not in text and f"{cut} is truncated" in text and "copy the file again" in text
+    assert took - python_alone < 2, (took, python_alone)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def timed(run, *args):
+    started = time.perf_counter()
+    return run(*args), time.perf_counter() - started
+
+
+# -- an OUTPUT format whose library is missing ------------------------------------------------------------------------
+@pytest.mark.parametrize("output", ["x.parquet", "shards/"])
+def test_a_parquet_output_without_pyarrow_is_refused_before_the_judge_loads(tmp_path, output):
+    """Refused in one line naming pyarrow and how to install it, before the judge loads (it was refused after every
+    row was scored); pyarrow is made unimportable in the child by a package of that name that raises ImportError."""
+    blocker = tmp_path / "no_pyarrow" / "pyarrow"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('pyarrow is not installed here (the test hides it)')\n")
+    src = write_jsonl(tmp_path / "in.jsonl", [ROW])
+    path = [str(blocker.parent), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    started = time.perf_counter()
+    flags = ["--shard-format", "parquet", "--model", "smollm2-135m"]
+    proc = sumscore(
+        "score", src, "-o", f"{tmp_path}/{output}", *flags, env={"PYTHONPATH": os.pathsep.join(filter(None, path))}
+    )
+    took = time.perf_counter() - started
+    text = one_line_error(proc)
+    assert "\n" not in text and "needs pyarrow: pip install 'offline-sumscore[formats]'" in text
+    assert f"OUTPUT {tmp_path}/{output}" in text
+    assert "engine:" not in text and "Loading weights" not in text  # said once a judge is loaded: none was
+    assert took < 5, took
+    assert not (tmp_path / output).exists()
 
 
 # -- 5, 6, 10: what files are read -----------------------------------------------------------------------------------

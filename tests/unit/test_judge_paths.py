@@ -183,3 +183,71 @@ def test_a_judges_repr_names_it_without_printing_its_model():
     )
     text = repr(judge)
     assert text.startswith("Judge(name='n', path='p'") and "LlamaForCausalLM" not in text and len(text) < 400
+
+
+def test_a_pass_that_runs_out_of_memory_beside_the_weights_is_one_line_naming_both():
+    """Sizing measures one full pass; where it runs out of memory beside the weights (a device a little larger than
+    them), the run ends in one ModelLoadError line, not the measuring pass's torch.OutOfMemoryError."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from offline_sumscore.engine.local.capacity import capacity
+
+    model = SimpleNamespace(
+        config=SimpleNamespace(**LLAMA_8B),
+        dtype=torch.bfloat16,
+        parameters=lambda: [_Weights(16 * 2**30)],
+        buffers=lambda: [],
+    )
+
+    def out_of_memory():
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(ModelLoadError) as info:
+        capacity(
+            model,
+            _bounded_device(17 * 2**30, 1 * 2**30),
+            rows=512,
+            token_budget=None,
+            device_share=1.0,
+            pass_tokens=16384,
+            activation_peak=out_of_memory,
+        )
+    said = str(info.value)
+    assert "\n" not in said and "does not fit this device with room to judge" in said
+    assert "its weights take 16,384 MiB and one pass of 16384 tokens ran out of memory" in said
+
+
+def test_weights_that_run_the_device_out_of_memory_as_they_load_are_one_line_naming_their_size(monkeypatch):
+    """Under an emulated GPU of 600 MiB the embedded judge's 513 MiB pass the check before loading; a load that then
+    runs out of memory (as one on a busy GPU does) is said in one line naming the weights' size and the device."""
+    import torch
+
+    from offline_sumscore.engine import judge as judge_module
+
+    def out_of_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 MiB")
+
+    monkeypatch.setenv("OFFLINE_SUMSCORE_DEVICE_MEMORY", "600")
+    monkeypatch.setattr(judge_module, "_load_weights", out_of_memory)
+    with pytest.raises(ModelLoadError) as info:
+        judge_module.load_judge("smollm2-135m")
+    said = str(info.value)
+    assert "\n" not in said and "the device ran out of memory loading its weights (513 MiB)" in said
+    assert "emulated GPU of 600 MiB" in said
+
+
+def test_weights_larger_than_the_device_are_refused_from_the_files_before_loading(monkeypatch):
+    from offline_sumscore.engine import judge as judge_module
+
+    def loaded(*args):
+        raise AssertionError("the weights were loaded before the judge was refused")
+
+    monkeypatch.setenv("OFFLINE_SUMSCORE_DEVICE_MEMORY", "300")
+    monkeypatch.setattr(judge_module, "_load_weights", loaded)
+    with pytest.raises(ModelLoadError) as info:
+        judge_module.load_judge("smollm2-135m")
+    said = str(info.value)
+    assert "\n" not in said and "its weights take 513 MiB in float32, more than the whole device holds" in said
+    assert "emulated GPU of 300 MiB" in said and "--dtype bfloat16" in said and "(refused before loading)" in said

@@ -137,3 +137,32 @@ def test_a_truncated_header_is_a_one_line_error(tmp_path, cut):
     assert "\n" not in str(info.value) and (
         "truncated or corrupt" in str(info.value) or "not a GGUF" in str(info.value)
     )
+
+
+def test_the_tensors_listed_end_where_the_file_ends_and_a_byte_short_is_refused_before_loading(tmp_path, no_loading):
+    """Two files written by others (the embedded judge's, one written by the gguf package) end where their headers
+    say; the small one cut by a byte is refused by read_header and by load_judge, naming what is missing."""
+    from offline_sumscore.engine.model_header import read_gguf_layout
+
+    embedded = judge_module.embedded_gguf_path()
+    assert read_gguf_layout(embedded).data_end() == embedded.stat().st_size
+    small = write_gguf(tmp_path / "small.gguf", template=TEMPLATE)
+    layout = read_gguf_layout(small)
+    assert [(t.name, t.shape, t.nbytes()) for t in layout.tensors] == [("token_embd.weight", (8, 3), 96)]
+    assert layout.data_end() == small.stat().st_size
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(small.read_bytes()[:-1])
+    for refuse in (read_header, judge_module.load_judge):
+        with pytest.raises(ModelLoadError, match=r"is truncated: its GGUF header lists 1 tensors ending at byte") as e:
+            refuse(cut)
+        assert "(1 missing)" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_weights_size_read_from_a_gguf_header_is_the_size_read_from_its_converted_safetensors(judge_dir):
+    """Two readers, two files of the embedded judge: the GGUF's tensor descriptions and the converted folder's
+    safetensors headers count the same elements (135M: 513 MiB in float32, half that in bfloat16)."""
+    from offline_sumscore.engine.model_header import weights_in_memory
+
+    from_gguf = weights_in_memory(judge_module.embedded_gguf_path(), 4)
+    assert from_gguf == weights_in_memory(judge_dir, 4) == 2 * weights_in_memory(judge_dir, 2)
+    assert round(from_gguf / 2**20) == 513

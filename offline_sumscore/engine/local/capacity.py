@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from offline_sumscore.core.errors import ModelLoadError
+from offline_sumscore.engine.local.device_memory import is_out_of_memory
 from offline_sumscore.engine.local.kv_budget import KVBudget
 from offline_sumscore.engine.local.kv_slots import KVGeometry
 
@@ -102,7 +103,7 @@ def _bounded(model, memory, rows, token_budget, share, pass_tokens, per_token, s
         )
         return Capacity(rows, token_budget, pass_tokens, why, where, token_budget // 4, bounded=True)
     weights = weight_bytes(model)
-    peak = activation_peak() if activation_peak is not None else 0
+    peak = _measured_peak(activation_peak, memory, weights, pass_tokens)
     # What this engine could ever hold: its share of the device, or what is free now and its own weights, where
     # others hold the rest (another process, another engine).
     ceiling = min(int(total * share), free + weights)
@@ -125,6 +126,23 @@ def _bounded(model, memory, rows, token_budget, share, pass_tokens, per_token, s
         f"{per_token} bytes of KV per token"
     )
     return Capacity(rows, budget, pass_tokens, why, where, store, bounded=True)
+
+
+def _measured_peak(activation_peak: Callable[[], int] | None, memory, weights: int, pass_tokens: int) -> int:
+    """One full pass's measured peak (0 where nothing measures it); a device that cannot hold that pass beside the
+    weights is a ModelLoadError naming both, not the measuring pass's torch.OutOfMemoryError."""
+    if activation_peak is None:
+        return 0
+    try:
+        return activation_peak()
+    except (RuntimeError, MemoryError) as exc:
+        if isinstance(exc, RuntimeError) and not is_out_of_memory(exc):
+            raise
+        raise ModelLoadError(
+            f"the judge does not fit this device with room to judge: its weights take {weights / 2**20:,.0f} MiB "
+            f"and one pass of {pass_tokens} tokens ran out of memory beside them on the device, {memory.describe()}; "
+            "use fewer tokens per pass, a smaller judge or a larger device"
+        ) from None
 
 
 def weight_bytes(model) -> int:
