@@ -376,8 +376,33 @@ def left_out(system: dict) -> str:
     )
 
 
+NAME_WIDTH = 16  # a system's name as a column heads with it: longer ones are cut
+
+
+def pair_table(pair: dict) -> list[str]:
+    """One pair's lines of the terminal table: a header that names the two systems in its columns ("mean sysA",
+    "sysA - sysB"), then a row per field, every figure under the column of the system it is: the pair's own order,
+    whatever the systems are called (letters in the header read "A B" over rows of systems named "B" and "A")."""
+    a, b = pair["a"][:NAME_WIDTH], pair["b"][:NAME_WIDTH]
+    mean_a, mean_b, diff = f"mean {a}", f"mean {b}", f"{a} - {b}"
+    wide, wide_diff = max(7, len(mean_a), len(mean_b)), max(7, len(diff))
+    header = (
+        f"{'field':<15} {mean_a:>{wide}} {mean_b:>{wide}} {diff:>{wide_diff}} {'95% CI':>17} "
+        f"{'p':>7} {'p Holm':>7} {'W/T/L':>11}  verdict"
+    )
+    lines = [header, "-" * len(header)]
+    for f, s in pair["fields"].items():
+        lines.append(
+            f"{f:<15} {s['mean_a']:>{wide}.3f} {s['mean_b']:>{wide}.3f} {s['mean_diff']:>+{wide_diff}.3f} "
+            f"[{s['ci_low']:>+7.3f},{s['ci_high']:>+7.3f}] {s['p']:>7.4f} {s['p_holm']:>7.4f} "
+            f"{s['wins']:>3}/{s['ties']}/{s['losses']:<3}  {verdict_label(pair, s)}"
+        )
+    return lines
+
+
 def table(report: dict) -> str:
-    """The terminal table: per pair and field, the difference, its interval, p (Holm), W/T/L and the verdict."""
+    """The terminal table: per pair (pair_table) and field, the difference, its interval, p (Holm), W/T/L and the
+    verdict."""
     lines = [
         f"{report['documents']} documents scored by every system ({report['metric']}); "
         f"paired bootstrap 95% intervals ({report['resamples']} resamples, seed {report['seed']}), "
@@ -389,19 +414,8 @@ def table(report: dict) -> str:
             lines.append(f"  {s['name']}: {dropped} row(s) left out: {left_out(s)}")
     if report["settings_differ"]:
         lines.append("  --allow-mixed: settings differ on " + ", ".join(report["settings_differ"]))
-    header = (
-        f"{'A':<16} {'B':<16} {'field':<15} {'mean A':>7} {'mean B':>7} {'A - B':>7} {'95% CI':>17} "
-        f"{'p':>7} {'p Holm':>7} {'W/T/L':>11}  verdict"
-    )
-    lines += ["", header, "-" * len(header)]
     for pair in report["pairs"]:
-        for f, s in pair["fields"].items():
-            better = verdict_label(pair, s)
-            lines.append(
-                f"{pair['a'][:16]:<16} {pair['b'][:16]:<16} {f:<15} {s['mean_a']:>7.3f} {s['mean_b']:>7.3f} "
-                f"{s['mean_diff']:>+7.3f} [{s['ci_low']:>+7.3f},{s['ci_high']:>+7.3f}] {s['p']:>7.4f} "
-                f"{s['p_holm']:>7.4f} {s['wins']:>3}/{s['ties']}/{s['losses']:<3}  {better}"
-            )
+        lines += ["", *pair_table(pair)]
     if len(report["systems"]) > 2 and "score" in report["fields"]:
         lines += ["", "ranking by mean score (95% CI):"]
         for k, name in enumerate(report["ranking"], 1):

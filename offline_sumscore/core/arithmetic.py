@@ -203,7 +203,9 @@ def summary_score(
 ) -> SummaryScoreValue:
     """Recompute the Ragas-style SummaryScore from saved answers.
 
-    score = QA*(1-coeff) + conciseness*coeff with the length penalty, else QA.
+    score = QA*(1-coeff) + conciseness*coeff with the length penalty, else QA. An empty or whitespace-only summary
+    scores 0 whatever the answers (there are none: it answers nothing) and whatever its conciseness, which the
+    formula would make 1: writing nothing is not the best summary (Mastra's scorer gives a summary with no claims 0).
     """
     if not 0 <= coeff <= 1:
         raise ValueError(f"coeff must be between 0 and 1. Given: {coeff}")
@@ -211,7 +213,7 @@ def summary_score(
     if not text.strip():
         raise ValueError("reference contexts are empty or whitespace-only")
     if not summary.strip():
-        raise ValueError("response (summary) is empty or whitespace-only")
+        return SummaryScoreValue(score=0.0, qa=0.0, conciseness=conciseness(summary, text) if length_penalty else None)
     qa = qa_score(answers)
     if not length_penalty:
         return SummaryScoreValue(score=qa, qa=qa, conciseness=None)

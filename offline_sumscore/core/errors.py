@@ -21,6 +21,7 @@ class Failure:
     MODEL = "model"  # the engine or the model failed: an exception in the call, NaN logits, a server error
     REJECTED = "rejected"  # a served judge refused the request (its structured-output mode, say)
     BOUND = "bound"  # a list still reached its safety bound after it was drawn again from halves of the text
+    DEGENERATE = "degenerate"  # the output parses but answers nothing asked: the prompt's own words echoed, say
     ERROR = "error"  # a stage result that names no kind
 
 

@@ -34,6 +34,8 @@ class SummarizationResult:
     soft_alignment: float | None = None  # mean P(supported) over claims, read from the judge's distribution
     soft_coverage: float | None = None  # mean P(answered) over the counted coverage items
     source_pieces: int = 1  # >1: the source was too long for the judge's context and was judged in this many pieces
+    # True: the summary was empty or whitespace-only, and scored 0 without asking the judge (samples.is_empty_summary)
+    empty_summary: bool = False
     settings: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, dict] = field(default_factory=dict)  # stage -> prompt, raw_output, tokens, seconds
     judge: dict[str, Any] = field(default_factory=dict)
@@ -61,6 +63,9 @@ class SummaryScoreResult:
     answer_p_yes: list[float | None] = field(default_factory=list)  # P("1") per answer, from the distribution
     soft_qa: float | None = None  # mean P("1") over answers
     source_pieces: int = 1  # >1: the text was too long for the judge's context; keyphrases and questions per piece
+    # Ragas gives no reason; a row whose score no answer explains says why here (an empty summary), else None
+    reason: str | None = None
+    empty_summary: bool = False  # as SummarizationResult's: scored 0 without asking the judge
     settings: dict[str, Any] = field(default_factory=dict)
     stages: dict[str, dict] = field(default_factory=dict)
     judge: dict[str, Any] = field(default_factory=dict)

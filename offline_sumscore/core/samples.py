@@ -67,17 +67,25 @@ def checked_sample(
     python: bool = False,
 ) -> Sample:
     """The one way a Sample is made from unchecked text (a file's row, a DataFrame's, a Ray dataset's, a Python
-    call): its texts checked by check_text, an InputError naming the row and field where one is missing, empty or
-    not text. error_id: the id an error names (default row_id; None where the caller gave no id, so that no made-up
-    id is shown); python: the texts came from a Python call (a missing one is None, not null)."""
+    call): its texts checked by check_text, an InputError naming the row and field where one is missing or not text,
+    or where the source is empty. An empty summary is a row to score (it scores 0: is_empty_summary), not a bad
+    one. error_id: the id an error names (default row_id; None where the caller gave no id, so that no made-up id is
+    shown); python: the texts came from a Python call (a missing one is None, not null)."""
     where = {"line": line, "path": path, "row_id": row_id if error_id is _SAME else error_id, "python": python}
     return Sample(
         id=row_id,
         source=check_text(source, source_field, **where),
-        summary=check_text(summary, summary_field, **where),
+        summary=check_text(summary, summary_field, may_be_empty=True, **where),
         questions=tuple(questions) if questions is not None else None,
         key_facts=tuple(key_facts) if key_facts is not None else None,
     )
+
+
+def is_empty_summary(summary: str) -> bool:
+    """Whether a summary states nothing (empty or whitespace-only): a system that wrote nothing. Such a summary is
+    scored, not failed: it scores 0, as Mastra's scorer gives a summary with no claims 0, so that a comparison of
+    systems counts it against the system instead of leaving its document out."""
+    return not summary.strip()
 
 
 def source_hash(source: str) -> str:
@@ -104,9 +112,11 @@ def check_text(
     row_id: str | None = None,
     path: str | None = None,
     python: bool = False,
+    may_be_empty: bool = False,
 ) -> str:
     """value as a text to judge, or an InputError naming the row and field. python: the value came from a Python
-    call, so a missing one is None (not JSON's null)."""
+    call, so a missing one is None (not JSON's null). may_be_empty: an empty or whitespace-only text is kept (a
+    summary's; a source must hold text to judge against)."""
 
     def bad(rule: str, cause: str) -> InputError:
         return InputError(rule, field=field, line=line, row_id=row_id, path=path, cause=cause)
@@ -114,7 +124,7 @@ def check_text(
     if not isinstance(value, str):
         missing = "None" if python else "null"
         raise bad(f"must be a string; got {missing if value is None else type(value).__name__}", "not_a_string")
-    if not value.strip():
+    if not value.strip() and not may_be_empty:
         raise bad("is empty or whitespace-only; each row needs text to judge", "empty_text")
     if m := UNDECODABLE.search(value):
         raise bad(f"is not valid UTF-8 (byte 0x{ord(m.group()) - 0xDC00:02x} at character {m.start()})", "invalid_utf8")

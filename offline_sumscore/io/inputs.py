@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from offline_sumscore.core.errors import InputError, UsageError
-from offline_sumscore.core.samples import UNDECODABLE, BadRow, Sample, checked_sample, content_hash, judged_hash
+from offline_sumscore.core.samples import (
+    UNDECODABLE,
+    BadRow,
+    Sample,
+    checked_sample,
+    content_hash,
+    is_empty_summary,
+    judged_hash,
+)
 
 
 def need_module(module: str, extra: str = "formats"):
@@ -84,9 +92,10 @@ def read_rows(
     save_to_disk directory, in order, as a Sample or a BadRow (line = row number for Parquet and datasets).
 
     A row is bad when: it is not valid JSON or not an object; a CSV row has more or fewer fields than the header;
-    source or summary is missing, not a string, empty or whitespace-only, not valid UTF-8, or holds a control
-    character; questions is not a list of strings; its id repeats an earlier row's; or its summary is longer than
-    its source (often swapped columns; allow_long_summary scores such rows anyway). Text in any script is fine.
+    source or summary is missing, not a string, not valid UTF-8, or holds a control character; source is empty or
+    whitespace-only (an empty summary is a row: it scores 0); questions is not a list of strings; its id repeats an
+    earlier row's; or its summary is longer than its source (often swapped columns; allow_long_summary scores such
+    rows anyway). Text in any script is fine.
     """
     path = Path(path)
     if not path.exists():
@@ -259,7 +268,8 @@ def _sample(
         path=where,
     )
     source, summary = checked.source, checked.summary
-    if len(summary) > len(source) and not allow_long_summary:
+    # Whitespace is no sign of swapped columns: an empty summary of a short source is scored (0), not refused.
+    if len(summary) > len(source) and not is_empty_summary(summary) and not allow_long_summary:
         raise InputError(
             f"({len(summary)} characters) is longer than {source_field} ({len(source)} characters): "
             f"are the columns swapped? Pass --allow-long-summary to score such rows",

@@ -343,7 +343,7 @@ def render_comparison(
     pairs = report["pairs"]
     fields = report["fields"]
     forest = [
-        (f"{p['a']} - {p['b']}: {f}", s["mean_diff"], s["ci_low"], s["ci_high"], s["verdict"])
+        (f"{p['a']} - {p['b']}: {f}", s["mean_diff"], s["ci_low"], s["ci_high"], verdict_label(p, s))
         for f in fields
         for p in pairs
         for s in [p["fields"][f]]
@@ -390,8 +390,9 @@ def render_comparison(
         f"bootstrap 95% intervals resampling documents ({report['resamples']} resamples, seed {report['seed']}); "
         f"sign-flip permutation p-values, Holm-adjusted over the {len(pairs)} pair(s) per field; a verdict "
         f"where the adjusted p is below {report['alpha']}.</p>{mixed}<ul>{dropped}</ul>"
-        f"<h2>Differences</h2><table id=pairs><tr><th>A</th><th>B</th><th>field</th><th>mean A</th>"
-        f"<th>mean B</th><th>A - B</th><th>95% CI</th><th>p</th><th>p (Holm)</th><th>W/T/L</th>"
+        f"<h2>Differences</h2><table id=pairs><tr><th>1st system</th><th>2nd system</th><th>field</th>"
+        f"<th>mean, 1st</th><th>mean, 2nd</th><th>1st - 2nd</th><th>95% CI</th><th>p</th><th>p (Holm)</th>"
+        f"<th>W/T/L</th>"
         f"<th>verdict</th></tr>{''.join(rows_html)}</table>"
         f"<div class=grid><div class=card><h3>Mean difference with its 95% interval</h3>{forest_svg(forest)}"
         f"</div><div class=card><h3>Score per document: {html.escape(first['a'])} (x) against "

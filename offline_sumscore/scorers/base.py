@@ -105,6 +105,20 @@ def require(result: StageResult, stages: dict[str, dict], key: str | None = None
     return result.value
 
 
+def refuse(result: StageResult, stages: dict[str, dict], key: str, why: str) -> JudgeOutputError:
+    """The error for a stage whose output parsed but is no answer (Failure.DEGENERATE): its audit under key says why,
+    beside the raw output, and the row fails at that stage instead of scoring on it. Raise what it returns."""
+    stages[key] = dict(stages.get(key) or result.audit(), error=why, error_kind=Failure.DEGENERATE)
+    return JudgeOutputError(
+        why,
+        stage=result.request.stage,
+        raw_output=result.raw_output,
+        sample_id=result.request.sample_id,
+        kind=Failure.DEGENERATE,
+        stages=stages,
+    )
+
+
 def _progress_bar(total: int, metric: str):
     from tqdm.auto import tqdm  # transformers' own dependency: always installed beside it
 

@@ -32,6 +32,13 @@ def conflict_note(entry: dict) -> str:
     return f" ('{c['word']}' where the source makes the judge expect '{c['expected_word']}', p {c['p_expected']:.2f})"
 
 
+# The reason of an empty or whitespace-only summary, for both metrics: no verdict was asked, so none is quoted.
+EMPTY_SUMMARY_REASON = (
+    "The score is 0 because the summary is empty: it states nothing the source could support, and covers nothing "
+    "of the source."
+)
+
+
 def compose_reason(
     score: float,
     alignment: float,

@@ -30,12 +30,13 @@ from offline_sumscore.core.arithmetic import join_contexts, summary_score
 from offline_sumscore.core.coverage_items import key_sentences
 from offline_sumscore.core.errors import UsageError, check_count
 from offline_sumscore.core.results import SummaryScoreResult
-from offline_sumscore.core.samples import Sample, checked_sample
+from offline_sumscore.core.samples import Sample, checked_sample, is_empty_summary
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.scorers.base import Plan, ScorerBase, first_prob, soft_score
+from offline_sumscore.scorers.reasons import EMPTY_SUMMARY_REASON
 from offline_sumscore.scorers.stages.answers import answer_read, answer_request
-from offline_sumscore.scorers.stages.keyphrases import keyphrases_read, keyphrases_request
+from offline_sumscore.scorers.stages.keyphrases import KEYPHRASE_RULE, keyphrases_read, keyphrases_request
 from offline_sumscore.scorers.stages.likelihood import LIKELIHOOD_RULE
 from offline_sumscore.scorers.stages.questions import questions_read, ragas_questions_request
 from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_THRESHOLD, VerdictStage
@@ -148,6 +149,8 @@ class SummaryScore(ScorerBase):
         )
 
     def plan(self, sample: Sample) -> Plan:
+        if is_empty_summary(sample.summary):
+            return self._empty_summary_result(sample)
         if self.answers_in_use == "likelihood":
             return (yield from self._likelihood_plan(sample))
         stages: dict[str, dict] = {}
@@ -167,7 +170,10 @@ class SummaryScore(ScorerBase):
         for k, n in drawing:
             wave.ask(("keyphrases", k), keyphrases_request(sample.id, pieces[k], n, max_text_chars=self.max_text_chars))
         replies = wave.replies((yield wave.requests))
-        found = {k: keyphrases_read(replies.one(("keyphrases", k)), stages, key("keyphrases", k)) for k, _ in drawing}
+        found = {
+            k: keyphrases_read(replies.one(("keyphrases", k)), stages, key("keyphrases", k), pieces[k])
+            for k, _ in drawing
+        }
         keyphrases = [phrase for k, _ in drawing for phrase in found[k]]
         asking = [(k, n) for k, n in enumerate(allot(self.max_questions, weights)) if n > 0]
         wave = Wave(sample.id)
@@ -187,8 +193,7 @@ class SummaryScore(ScorerBase):
         answered = [replies.one(("answer", i)) for i in range(len(questions))]
         answers = [answer_read(r, stages, f"ragas_answers.{i}") for i, r in enumerate(answered)]
         p_yes = [first_prob(r) for r in answered]
-        design = {"design.answers": "questions"}
-        return self._result(sample, keyphrases, questions, answers, p_yes, design, stages, source_pieces=len(pieces))
+        return self._result(sample, keyphrases, questions, answers, p_yes, stages, source_pieces=len(pieces))
 
     def _likelihood_plan(self, sample: Sample) -> Plan:
         """The tiny-judge mode: the text's key sentences, each checked against the summary by likelihood."""
@@ -203,11 +208,25 @@ class SummaryScore(ScorerBase):
             for i in range(len(items))
         ]
         answers, p_yes = ["1" if g["verdict"] else "0" for g in got], [g["p"] for g in got]
-        design = {"design.answers": "likelihood", "design.likelihood_rule": LIKELIHOOD_RULE}
-        return self._result(sample, [], items, answers, p_yes, design, stages)
+        return self._result(sample, [], items, answers, p_yes, stages)
+
+    def _empty_summary_result(self, sample: Sample) -> SummaryScoreResult:
+        """An empty summary answers nothing: score 0 (core.arithmetic.summary_score says so for any empty summary),
+        with no keyphrases, questions or answers asked of the judge, and the reason saying why."""
+        result = self._result(sample, [], [], [], [], {})
+        result.reason, result.empty_summary, result.soft_qa = EMPTY_SUMMARY_REASON, True, 0.0
+        return result
+
+    @property
+    def design(self) -> dict[str, Any]:
+        """The design every row of this scorer records under settings' design.* (an empty summary's row too, so that
+        the rows of one run compare): the answers mode in use and the rule it runs by."""
+        if self.answers_in_use == "likelihood":
+            return {"answers": "likelihood", "likelihood_rule": LIKELIHOOD_RULE}
+        return {"answers": "questions", "keyphrase_rule": KEYPHRASE_RULE}
 
     def _result(
-        self, sample: Sample, keyphrases, questions, answers, p_yes, design: dict, stages: dict, source_pieces: int = 1
+        self, sample: Sample, keyphrases, questions, answers, p_yes, stages: dict, source_pieces: int = 1
     ) -> SummaryScoreResult:
         """The score from the answers (core.arithmetic.summary_score, pure), with every intermediate kept."""
         value = summary_score(
@@ -224,6 +243,6 @@ class SummaryScore(ScorerBase):
             answer_p_yes=p_yes,
             soft_qa=soft_score(p_yes),
             source_pieces=source_pieces,
-            settings=dict(self.settings, **design),
+            settings=dict(self.settings, **{f"design.{k}": v for k, v in self.design.items()}),
             stages=stages,
         )

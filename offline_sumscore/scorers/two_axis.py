@@ -35,12 +35,12 @@ from offline_sumscore.core.arithmetic import FLAVORS, two_axis_score
 from offline_sumscore.core.coverage_items import distinct_questions, key_sentences, summary_sentences
 from offline_sumscore.core.errors import Failure, JudgeOutputError, UsageError, check_count
 from offline_sumscore.core.results import SummarizationResult
-from offline_sumscore.core.samples import Sample, checked_sample
+from offline_sumscore.core.samples import Sample, checked_sample, is_empty_summary
 from offline_sumscore.core.source_pieces import allot
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.scorers.base import Plan, ScorerBase, soft_score
 from offline_sumscore.scorers.design import SOFT_COVERAGE, rules_recorded, stage_defaults
-from offline_sumscore.scorers.reasons import compose_reason
+from offline_sumscore.scorers.reasons import EMPTY_SUMMARY_REASON, compose_reason
 from offline_sumscore.scorers.stages.claims import claims_read, claims_request
 from offline_sumscore.scorers.stages.likelihood import LIKELIHOOD_RULE
 from offline_sumscore.scorers.stages.questions import questions_read, questions_request
@@ -247,14 +247,30 @@ class SummarizationScorer(ScorerBase):
         3. the claims and the drawn questions (one wave, when either needs the judge);
         4. every verdict, each claim and each coverage item alone (one wave);
         5. every figure of the summary that no claim kept, checked against the source (figures_beyond_claims);
-        6. the score, its reason and the result (pure arithmetic)."""
+        6. the score, its reason and the result (pure arithmetic).
+        An empty summary stops after step 1: it scores 0 without a stage (_empty_summary_result)."""
         stages: dict[str, dict] = {}
         coverage = self._coverage(sample)
+        if is_empty_summary(sample.summary):
+            return self._empty_summary_result(sample, coverage)
         pieces = self._pieces(sample, coverage)
         claims = yield from self._claims_and_questions(sample, pieces, coverage, stages)
         judged, verdicts = yield from self._verdicts(sample, pieces, claims, coverage, stages)
         added, unclaimed = figures_beyond_claims(sample.summary, sample.source, judged)
         return self._result(sample, pieces, judged + added, coverage, verdicts, stages, unclaimed)
+
+    def _empty_summary_result(self, sample: Sample, coverage: Coverage) -> SummarizationResult:
+        """An empty summary states nothing and covers nothing: no claim to check and no item it could answer, so the
+        judge is asked nothing (questions drawn from the source would go unanswered). The items known without the
+        judge (the user's questions or key facts, the source's key sentences) are kept, each unanswered. The score
+        comes from the arithmetic every row's does (no claims: 0), so rescoring the row gives 0 again."""
+        coverage.items = coverage.items or []
+        verdicts = [{"answered": False, "p_answered": 0.0} for _ in self._asked(coverage)]
+        result = self._result(sample, [sample.source], [], coverage, verdicts, {}, [])
+        result.reason, result.empty_summary = (EMPTY_SUMMARY_REASON if self.include_reason else None), True
+        # 0 as the score is, not None (no P(yes) was read): a comparison keeps a field only where every row has it.
+        result.soft_alignment = result.soft_coverage = 0.0
+        return result
 
     def _coverage(self, sample: Sample) -> Coverage:
         given_q = sample.questions if sample.questions is not None else self.questions

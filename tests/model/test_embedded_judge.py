@@ -17,6 +17,7 @@ from offline_sumscore import FailedRow, SummarizationScorer, SummaryScore, summa
 from offline_sumscore.core.coverage_items import key_sentences, summary_sentences
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import TransformersEngine
+from offline_sumscore.scorers.base import PlanFeed
 from offline_sumscore.scorers.design import SOFT_COVERAGE, stage_defaults
 from offline_sumscore.scorers.stages.questions import questions_list, questions_prompt
 from offline_sumscore.scorers.stages.verdict import ONE_SENTENCE_SUMMARY_INSTRUCTION
@@ -161,10 +162,16 @@ def test_a_long_source_whose_claim_only_its_second_piece_supports(judge):
     assert claim["p_by_piece"][0] < 0.5 < claim["p_by_piece"][1] == claim["p_supported"]
 
 
-def test_summary_score_valid_lists(judge):
-    r = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60, answers="questions").score(
-        reference_contexts=[SOURCE], response=SUMMARY
-    )
+def test_summary_score_valid_lists_or_a_loud_failure_on_echoed_kinds(judge):
+    """Ragas's design on the 135M judge (not its default): asked for key phrases, it writes back the prompt's own
+    kinds ("people", "organisations", ...), so the row fails at that stage with its raw output kept, never scoring on
+    questions about nothing in the text. Either outcome keeps the contract: valid lists, or a loud failure."""
+    scorer = SummaryScore(judge, max_questions=2, max_keyphrases=3, max_text_chars=60, answers="questions")
+    (r,) = scorer.score_many([{"source": SOURCE, "summary": SUMMARY}], on_error="return")
+    if isinstance(r, FailedRow):
+        assert r.error["cause"] == "keyphrases:degenerate", r.error
+        assert r.error["raw_output"].startswith('{"keyphrases": [') and r.stages["keyphrases"]["error_kind"]
+        return
     assert len(r.keyphrases) <= 3 and 1 <= len(r.questions) <= 2
     assert len(r.answers) == len(r.questions) and set(r.answers) <= {"1", "0"}
     assert r.score == pytest.approx(summary_score(r.answers, SOURCE, SUMMARY).score)
@@ -183,6 +190,29 @@ def test_summary_score_on_the_embedded_judge_checks_key_sentences_by_likelihood(
     assert r.answers == ["1", "0"] and r.answer_p_yes[0] > 0.5 > r.answer_p_yes[1]
     assert r.qa == 0.5 and r.score == pytest.approx(summary_score(r.answers, source, summary).score)
     assert "evidence" in r.stages["ragas_answers.0"]
+
+
+def test_an_empty_summary_scores_0_on_the_real_judge_without_a_request(judge, monkeypatch):
+    """Both metrics at the embedded judge's defaults: no request reaches the engine, so nothing is generated or
+    scored by likelihood; the two-axis row keeps the source's key sentences, each unanswered."""
+    asked, take = [], PlanFeed.take
+
+    def recorded(feed):
+        requests = take(feed)
+        asked.extend(requests)
+        return requests
+
+    monkeypatch.setattr(PlanFeed, "take", recorded)
+    began = time.perf_counter()
+    two_axis = SummarizationScorer(judge).score(SOURCE, " \n")
+    ragas = SummaryScore(judge).score(SOURCE, "")
+    assert asked == [] and time.perf_counter() - began < 5
+    assert (two_axis.score, two_axis.alignment, two_axis.coverage, two_axis.claims) == (0, 0, 0, [])
+    assert two_axis.coverage_from == "key_sentences" and two_axis.questions == key_sentences(SOURCE, 5)
+    assert not any(v["answered"] for v in two_axis.coverage_verdicts) and two_axis.stages == {}
+    assert (ragas.score, ragas.qa, ragas.stages) == (0, 0, {}) and ragas.empty_summary and two_axis.empty_summary
+    assert two_axis.reason == ragas.reason and ragas.reason.startswith("The score is 0 because the summary is empty")
+    assert two_axis.judge["embedded"] and ragas.settings["design.answers"] == "likelihood"
 
 
 def test_token_cap_fails_loudly_with_the_raw_text_kept(judge):

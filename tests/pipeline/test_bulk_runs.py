@@ -44,9 +44,9 @@ BAD_JSONL = [
         'field "source" must be a string; got null',
     ),
     (
-        "empty_text",
-        json.dumps({"id": "e", "source": "Some source text.", "summary": "  \n\t "}),
-        'field "summary" is empty or whitespace-only',
+        "empty_text",  # an empty summary is scored (0); an empty source has nothing to judge against
+        json.dumps({"id": "e", "source": "  \n\t ", "summary": "A summary."}),
+        'field "source" is empty or whitespace-only',
     ),
     (
         "invalid_utf8",
@@ -168,7 +168,7 @@ def test_a_stage_that_fails_twice_is_a_failed_row_with_its_raw_output_never_a_sc
 
 
 def test_an_engine_that_raises_is_retried_once_and_then_recorded(scripted):
-    scripted.enqueue("keyphrases", Raises("CUDA error: an illegal memory access"), {"keyphrases": ["A"]})
+    scripted.enqueue("keyphrases", Raises("CUDA error: an illegal memory access"), {"keyphrases": ["source text"]})
     scripted.enqueue("ragas_questions", {"questions": ["Is it so?"]}).enqueue("ragas_answers", {"answer": "1"})
     r = SummaryScore(engine=scripted).score("A source text here.", "A sum.")
     assert r.qa == 1.0 and "illegal memory access" in r.stages["keyphrases"]["first_attempt"]["error"]
@@ -345,13 +345,13 @@ def test_a_source_longer_than_the_context_is_judged_in_pieces_never_truncated(sc
 def test_summary_score_draws_keyphrases_and_questions_per_piece(scripted):
     scripted.context_tokens = 200
     source = " ".join(f"Company {i} earned {i} million dollars in 20{i:02d}." for i in range(40))
-    scripted.enqueue("keyphrases", *[{"keyphrases": [f"K{i}"]} for i in range(3)])
+    scripted.enqueue("keyphrases", *[{"keyphrases": [f"Company {i}"]} for i in range(3)])
     scripted.enqueue("ragas_questions", *[{"questions": [f"Is Q{i} so?"]} for i in range(3)])
     scripted.enqueue("ragas_answers", *[{"answer": "1"}] * 3)
     r = SummaryScore(engine=scripted, max_questions=3, max_keyphrases=3).score(source, "Companies earned money.")
     assert (
         r.source_pieces == 3
-        and r.keyphrases == ["K0", "K1", "K2"]
+        and r.keyphrases == ["Company 0", "Company 1", "Company 2"]
         and r.questions == ["Is Q0 so?", "Is Q1 so?", "Is Q2 so?"]
     )
 

@@ -32,7 +32,9 @@ def test_score_writes_one_row_per_input_in_order_and_prints_the_table(tmp_path, 
 
 
 def test_summary_score_from_csv_with_mapped_fields(tmp_path, use_scripted):
-    use_scripted.enqueue("keyphrases", {"keyphrases": ["A"]}).enqueue("ragas_questions", {"questions": ["Is it so?"]})
+    use_scripted.enqueue("keyphrases", {"keyphrases": ["comma"]}).enqueue(
+        "ragas_questions", {"questions": ["Is it so?"]}
+    )
     use_scripted.enqueue("ragas_answers", {"answer": "1"})
     src, out = tmp_path / "in.csv", tmp_path / "out.jsonl"
     src.write_text('doc,abstract,id\n"A long source, with a comma.",Short.,x1\n')

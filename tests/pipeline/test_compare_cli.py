@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from offline_sumscore.cli import main
@@ -99,3 +100,27 @@ def test_compare_refuses_mixed_prompt_versions_and_names_them(tmp_path):
     assert "--allow-mixed" in result.output
     ok = CliRunner().invoke(main, ["compare", str(a), str(b), "--by", "doc_id", "--allow-mixed"])
     assert ok.exit_code == 0 and "settings differ on settings.prompt_version" in ok.output
+
+
+def test_compare_table_heads_each_column_with_the_system_its_rows_hold(tmp_path):
+    # Systems named "B" and "A", B given first: the table's old header read "A B ... mean A mean B" over rows of
+    # "B A score 0.835 0.775", B's mean under "mean A". Every figure must sit under its own system's name.
+    b, a = tmp_path / "b.jsonl", tmp_path / "a.jsonl"
+    write_rows(system_rows(0.3), b)
+    write_rows(system_rows(0.0), a)
+    js = tmp_path / "c.json"
+    result = CliRunner().invoke(
+        main, ["compare", str(b), str(a), "--name", "B", "--name", "A", "--json", str(js), "--resamples", "500"]
+    )
+    assert result.exit_code == 0, result.output
+    means = {name: m["score"]["mean"] for name, m in json.loads(js.read_text())["means"].items()}
+    assert means["B"] > means["A"]
+    lines = result.output.splitlines()
+    header = next(line for line in lines if "mean" in line and "field" in line)
+    row = lines[lines.index(header) + 2]  # under the header and its rule: the first field, score
+    for name in ("A", "B"):
+        end = header.index(f"mean {name}") + len(f"mean {name}")  # columns are right-aligned under their heads
+        assert float(row[:end].split()[-1]) == pytest.approx(means[name], abs=5e-4), (header, row)
+    end = header.index("B - A") + len("B - A")
+    assert float(row[:end].split()[-1]) == pytest.approx(means["B"] - means["A"], abs=5e-4)
+    assert row.endswith("B better")

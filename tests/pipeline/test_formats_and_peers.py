@@ -148,7 +148,9 @@ def test_mastra_shape_names_every_field_as_mastra_does(tmp_path, use_scripted):
 
 
 def test_ragas_style_result_has_value(scripted):
-    scripted.enqueue("keyphrases", {"keyphrases": ["A"]}).enqueue("ragas_questions", {"questions": ["Is it so?"]})
+    scripted.enqueue("keyphrases", {"keyphrases": ["Some text"]}).enqueue(
+        "ragas_questions", {"questions": ["Is it so?"]}
+    )
     scripted.enqueue("ragas_answers", {"answer": "1"})
     r = SummaryScore(engine=scripted, length_penalty=False).score(
         reference_contexts=["Some text.", "More."], response="Text."

@@ -12,6 +12,7 @@ import pytest
 
 from offline_sumscore import FailedRow, JudgeOutputError, SummarizationScorer, UsageError, two_axis_score
 from offline_sumscore.engine.scripted import ScriptedEngine
+from offline_sumscore.scorers.reasons import EMPTY_SUMMARY_REASON
 from offline_sumscore.scorers.stages.verdict import LIKELIHOOD_INSTRUCTION, ONE_SENTENCE_SUMMARY_INSTRUCTION
 from tests.conftest import CLAIMS, COVERAGE, QUESTIONS, SOURCE, SUMMARY, SUPPORT, enqueue_two_axis
 
@@ -348,9 +349,33 @@ def test_bad_settings_are_usage_errors(kw, message):
         SummarizationScorer(**kw)
 
 
-def test_empty_summary_is_an_input_error_naming_the_field(scripted):
-    with pytest.raises(ValueError, match='field "summary" is empty or whitespace-only'):
-        scorer_with(scripted).score(SOURCE, "  ")
+@pytest.mark.parametrize("summary", ["", "  \n\t "])
+def test_scripted_empty_summary_scores_0_with_a_reason_and_no_judge_call(scripted, summary):
+    r = scorer_with(scripted).score(SOURCE, summary)
+    assert (r.score, r.alignment, r.coverage, r.claims, r.questions, r.coverage_verdicts) == (0, 0, 0, [], [], [])
+    assert r.empty_summary and not r.passed and r.stages == {} and scripted.requests == []
+    assert r.reason == EMPTY_SUMMARY_REASON and r.reason.startswith("The score is 0 because the summary is empty")
+    assert (r.soft_alignment, r.soft_coverage) == (0.0, 0.0)
+    assert r.settings["design.claims"] == "atomic"  # the settings every row of the run records
+    full = scorer_with(enqueue_two_axis(scripted)).score(SOURCE, SUMMARY)
+    assert set(r.to_dict()) == set(full.to_dict()) and not full.empty_summary  # one shape for every row
+    again = two_axis_score(r.claims, r.questions, r.coverage_verdicts)
+    assert (again.score, again.alignment, again.coverage) == (0, 0, 0)
+
+
+def test_scripted_empty_summary_keeps_the_users_questions_unanswered_in_either_flavor(scripted):
+    for flavor in ("mastra", "deepeval"):
+        r = scorer_with(scripted, flavor=flavor, questions=["Was a library built?", "Is it on Mill Street?"]).score(
+            SOURCE, " "
+        )
+        assert r.score == 0 and r.coverage == 0 and r.coverage_from == "user_questions"
+        assert [v["answered"] for v in r.coverage_verdicts] == [False, False]
+    assert scripted.requests == []
+
+
+def test_scripted_empty_source_stays_an_input_error_naming_the_field(scripted):
+    with pytest.raises(ValueError, match='field "source" is empty or whitespace-only'):
+        scorer_with(scripted).score("  \n", SUMMARY)
 
 
 def test_rescoring_a_saved_row_reproduces_its_score(scripted):

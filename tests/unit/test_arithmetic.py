@@ -144,16 +144,19 @@ def test_summary_score_rejects_coeff_outside_unit_interval(coeff):
 
 @pytest.mark.parametrize(
     "text, summary, what",
-    [
-        ("", "s", "reference contexts"),
-        ("  \n", "s", "reference contexts"),
-        ("text", " ", "response"),
-        ([" ", ""], "s", "reference contexts"),
-    ],
+    [("", "s", "reference contexts"), ("  \n", "s", "reference contexts"), ([" ", ""], "s", "reference contexts")],
 )
-def test_summary_score_empty_or_whitespace_inputs_raise_value_error(text, summary, what):
+def test_summary_score_empty_or_whitespace_contexts_raise_value_error(text, summary, what):
     with pytest.raises(ValueError, match=what):
         summary_score(["1"], text, summary)
+
+
+@pytest.mark.parametrize("summary", ["", " \n"])
+def test_summary_score_of_an_empty_summary_is_0_whatever_its_answers_and_conciseness(summary):
+    assert summary_score([], "text", summary) == summary_score(["1"], "text", summary)
+    value = summary_score([], "text", summary, coeff=1.0)
+    assert (value.score, value.qa) == (0.0, 0.0) and value.conciseness > 0.5  # the formula's, which does not count
+    assert summary_score([], "text", summary, length_penalty=False).conciseness is None
 
 
 def test_summary_score_zero_answers_is_an_error_not_nan():

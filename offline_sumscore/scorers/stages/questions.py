@@ -3,12 +3,14 @@ the two-axis metric's "questions" and the Ragas-style score's "ragas_questions" 
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache
 from typing import Annotated
 
 from pydantic import BaseModel, Field, create_model
 
+from offline_sumscore.core.errors import Failure
 from offline_sumscore.core.prompts import fence, ragas, two_axis
 from offline_sumscore.core.schemas import STRICT
 from offline_sumscore.core.stages import StageRequest, StageResult
@@ -85,5 +87,33 @@ def ragas_questions_request(
     )
 
 
+def not_closed(question: str) -> str:
+    """Why a question is not closed as the grammar writes them (for a question is_closed_question refuses)."""
+    if re.match(r"\s*\(?\d+[.):]", question):
+        return "it opens with a list number: a numbered statement, not a question"
+    if not question.rstrip().endswith("?") or question.count("?") != 1:
+        return "it does not end with its only question mark"
+    return f"it does not open with an auxiliary verb ({', '.join(AUXILIARIES[:6])}, ...)"
+
+
+def unclosed_item(raw_output: str) -> str | None:
+    """The first drawn item that is no closed question, with why, where a reply parses as JSON with a list of
+    questions; else None (the schema's own message says what is wrong). A served judge that ignores the grammar can
+    write one: an instruct judge wrote numbered statements ("1. The council voted ...")."""
+    try:
+        items = json.loads(raw_output).get("questions")
+    except (ValueError, AttributeError):
+        return None
+    for k, item in enumerate(items if isinstance(items, list) else []):
+        if isinstance(item, str) and not is_closed_question(item):
+            return f"question {k + 1} ({item[:80]!r}) is not a closed question: {not_closed(item)}"
+    return None
+
+
 def questions_read(result: StageResult, stages: dict, key: str) -> list[str]:
+    """The drawn questions, or a failed stage (raw output kept) whose error names the first item that is no closed
+    question, where that is why the reply did not parse."""
+    why = unclosed_item(result.raw_output) if result.error_kind == Failure.SCHEMA else None
+    if why:
+        result.error = f"output does not match the schema: {why}; raw output kept"
     return list(require(result, stages, key).questions)
