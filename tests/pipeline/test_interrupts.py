@@ -100,16 +100,21 @@ def wait_for_rows(out: Path, proc: subprocess.Popen, n: int, seconds: float = 60
         time.sleep(0.1)
 
 
+def interrupt(proc) -> tuple[str, float]:
+    """SIGINT to the run: what it said, and the seconds it took to end (at most 10: past that the test fails)."""
+    interrupted = time.time()
+    proc.send_signal(signal.SIGINT)
+    said, _ = proc.communicate(timeout=10)
+    return said, time.time() - interrupted
+
+
 @pytest.mark.parametrize("started_as", [as_in_a_terminal, sigint_ignored])
 def test_ctrl_c_on_a_served_judge_ends_the_run_within_seconds_keeping_its_finished_rows(tmp_path, stalling, started_as):
     proc, out = start_run(tmp_path, stalling.url, started_as)
     try:
         wait_for_rows(out, proc, 2)
         time.sleep(0.5)  # the next row's requests are out, and the server holds them
-        interrupted = time.time()
-        proc.send_signal(signal.SIGINT)
-        said, _ = proc.communicate(timeout=10)
-        took = time.time() - interrupted
+        said, took = interrupt(proc)
     finally:
         proc.kill()
     assert proc.returncode == 130 and took < 10, (proc.returncode, took, said)
@@ -162,10 +167,7 @@ def test_a_run_started_with_sigint_ignored_on_a_silent_server_ends_at_sigint_wit
         assert server.accepted.wait(60), "the run sent no request"
         time.sleep(2)  # the run waits on its requests
         assert proc.poll() is None, proc.stdout.read()
-        interrupted = time.time()
-        proc.send_signal(signal.SIGINT)
-        said, _ = proc.communicate(timeout=10)
-        took = time.time() - interrupted
+        said, took = interrupt(proc)
     finally:
         proc.kill()
         server.close()
