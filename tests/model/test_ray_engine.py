@@ -173,7 +173,9 @@ def test_score_dataset_rejects_bad_rows_exactly_as_the_local_run_does():
         error = json.loads(error) if isinstance(error, str) else error
         expected = local["error"][k]
         assert (error is None) == (expected is None or expected != expected), (item["id"], error, expected)
-        if item["id"] != "good":
+        if item["id"] == "none":
             assert error["cause"] == expected["cause"] and error["field"] == expected["field"]
             assert got[item["id"]]["score"] is None
     assert got["good"]["score"] is not None
+    # An empty summary is a result, not a bad row: 0 with its reason, on both paths
+    assert got["empty"]["score"] == local["score"][1] == 0 and got["empty"]["empty_summary"]
