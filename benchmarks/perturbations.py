@@ -1,6 +1,6 @@
 """Planted errors a reader catches, per kind: does the judge catch them, and does it leave faithful text alone?
 
-    python -m benchmarks.perturbations                         # the default judge (the 1.5B), every pair (~1 h)
+    python -m benchmarks.perturbations                         # the default judge (the 1.5B), every pair (~20 min)
     python -m benchmarks.perturbations --model smollm2-135m    # the embedded judge
     python -m benchmarks.perturbations --kinds date,role --documents 4  # a cut, for a quick look
 

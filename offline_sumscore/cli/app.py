@@ -173,7 +173,23 @@ def print_versions(ctx: click.Context, param: click.Parameter, value: bool) -> N
     ctx.exit()
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class SumscoreGroup(click.Group):
+    """Every command stops at SIGINT within seconds, however it was started: Python's own handler is installed
+    whatever the command inherited (a script's background job inherits SIGINT ignored), and an interrupt that no
+    command says more about ends with one line and 130, not click's "Aborted!" and 1. `score` says what OUTPUT kept
+    (interruptible); `setup` what to run again."""
+
+    def invoke(self, ctx):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            name = ctx.invoked_subcommand or "the command"
+            click.echo(f"interrupted: {name} stopped before it finished; nothing it had not written is kept", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=SumscoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--version",
     is_flag=True,

@@ -262,6 +262,9 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                         )
                         for figure in claim.get("figures") or []:
                             click.echo(f"               figure   {figure_note(figure)}")
+                        for found in claim.get("relations") or []:
+                            said = f"{found['word']}: the source says '{found['source_says']}'"
+                            click.echo(f"               {found['kind']:<8} {said}")
                         if claim.get("conflict"):
                             c = claim["conflict"]
                             expected = repr(c["expected_word"]) if c.get("expected_word") else "another word"

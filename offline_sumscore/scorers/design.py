@@ -34,11 +34,17 @@ FIGURE_RULE = (
     "every figure of the summary checked against the source, whether or not a claim kept it; named against the "
     "source's figure of the same measure and for the same thing"
 )
+# Roles and quantity words checked from the texts on every judged claim (two_axis_stages.relations_checked).
+RELATION_RULE = (
+    "a claim binding a name to what the source binds to another name, or saying all or most of what the source "
+    "gives as a share, is unsupported"
+)
 CLOSED_QUESTION_RULE = "drawn questions closed by the grammar: an auxiliary verb first, one question mark last"
 
 
 def rules_recorded(design: dict) -> dict[str, str]:
-    """The rules above that apply to a design: the figure rule always, the question rule where questions are drawn."""
-    return {"figure_rule": FIGURE_RULE} | (
+    """The rules above that apply to a design: the figure and relation rules always, the question rule where questions
+    are drawn."""
+    return {"figure_rule": FIGURE_RULE, "relation_rule": RELATION_RULE} | (
         {"question_rule": CLOSED_QUESTION_RULE} if design["coverage"] == "questions" else {}
     )

@@ -24,6 +24,8 @@ def conflict_note(entry: dict) -> str:
     contradicted = [f for f in entry.get("figures") or [] if f.get("source_says")]
     if contradicted:
         return " (" + "; ".join(figure_note(f) for f in contradicted) + ")"
+    if entry.get("relations"):
+        return " (" + "; ".join(f"{r['word']}: the source says '{r['source_says']}'" for r in entry["relations"]) + ")"
     c = entry.get("conflict")
     if not c:
         return ""

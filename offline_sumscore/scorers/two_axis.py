@@ -52,6 +52,7 @@ from offline_sumscore.scorers.two_axis_stages import (
     figures_beyond_claims,
     groups,
     halves,
+    relations_checked,
 )
 from offline_sumscore.scorers.waves import Wave
 
@@ -352,9 +353,7 @@ class SummarizationScorer(ScorerBase):
                 for k, p in enumerate(pieces):
                     wave.ask(("source_answer", j, k), verdict.requests(sid, "source_answer", p, item, "answerable"))
         replies = wave.replies((yield wave.requests) if wave.requests else [])
-        judged = [
-            self._judged_claim(claim, i, pieces, replies, stages, sample.source) for i, claim in enumerate(claims)
-        ]
+        judged = [self._judged_claim(claim, i, pieces, replies, stages, sample) for i, claim in enumerate(claims)]
         verdicts = []
         for j in range(len(asked)):
             got = verdict.read(replies.of(("coverage", j)), stages, f"coverage.{j}", sample.summary)
@@ -370,9 +369,9 @@ class SummarizationScorer(ScorerBase):
             verdicts.append(entry)
         return judged, verdicts
 
-    def _judged_claim(self, claim: str, i: int, pieces: list[str], replies, stages: dict, source: str) -> dict:
+    def _judged_claim(self, claim: str, i: int, pieces: list[str], replies, stages: dict, sample) -> dict:
         """A claim's entry: supported when any piece of the source supports it (the most confident piece wins), and
-        then the figure check's word on it (figure_checked)."""
+        then the figure check's word on it (figure_checked), and the roles' and quantity words' (relations_checked)."""
         verdict, n_pieces = self.verdict_stage, len(pieces)
         keys = [f"support.{i}" + (f".{k}" if n_pieces > 1 else "") for k in range(n_pieces)]
         found = [
@@ -384,7 +383,7 @@ class SummarizationScorer(ScorerBase):
         if n_pieces > 1:
             entry["piece"] = best if found[best]["verdict"] else None
             entry["p_by_piece"] = [f["p"] for f in found]  # the claim checked against each piece of the source
-        return figure_checked(entry, source)
+        return relations_checked(figure_checked(entry, sample.source), sample.source, sample.summary)
 
     def _asked(self, coverage: Coverage) -> list[str]:
         """The items verdicts are asked for: Mastra counts at most max_questions of them."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from offline_sumscore.core.coverage_items import summary_sentences
 from offline_sumscore.core.figures import figure_check, figures, same_figure
+from offline_sumscore.core.relations import quantity_check, role_check
 
 
 def figure_checked(entry: dict, source: str) -> dict:
@@ -30,6 +31,26 @@ def figure_checked(entry: dict, source: str) -> dict:
             supported=False,
             p_supported=0.0,
             overruled_by="figures",
+        )
+    return entry
+
+
+def relations_checked(entry: dict, source: str, summary: str) -> dict:
+    """Roles and quantity words (core.relations), for every judge: a claim that binds a name to what the source's
+    sentence binds to another name the summary names ("Reed proposed the plan" where "Ortiz proposed the plan"), or
+    says "every" or "most" of what the source gives as a share ("61 percent of residents"), is unsupported whatever
+    the judge said; the judge's own verdict and P are kept beside it. Each finding is in `relations`, empty where
+    there is none (one shape for every row). Measured on faithful text: 0 of 596 SummEval and FRANK summaries that
+    their annotators found consistent had a finding (docs/agreement.md)."""
+    found = role_check(entry["claim"], source, summary) + quantity_check(entry["claim"], source)
+    entry["relations"] = found
+    if entry["supported"] and found:
+        entry.update(
+            judge_supported=True,
+            judge_p_supported=entry["p_supported"],
+            supported=False,
+            p_supported=0.0,
+            overruled_by="roles" if found[0]["kind"] == "role" else "quantity words",
         )
     return entry
 

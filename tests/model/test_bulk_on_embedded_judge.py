@@ -208,3 +208,28 @@ def test_hostile_text_leaves_every_output_valid(judge):
                     assert stage["raw_output"] in ("Yes", "No")
                 ids = judge.tokenizer(stage["prompt"], add_special_tokens=False)["input_ids"]
                 assert ids.count(start) == 3  # system, user, assistant: no turn forged by the data
+
+
+def test_demo_started_with_sigint_ignored_stops_at_sigint_in_one_line():
+    """Every command installs its own SIGINT handler, not only `score`: the demo, interrupted while it scores, ends
+    within seconds with 130 and one line (click's own "Aborted!" exits 1)."""
+
+    def sigint_ignored():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    cmd = [sys.executable, "-m", "offline_sumscore", "demo", "--metric", "two-axis", "--model", "smollm2-135m"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=sigint_ignored
+    )
+    said = ""
+    while "loaded in" not in said:  # the judge is loaded: scoring starts now
+        line = proc.stdout.readline()
+        assert line, f"the demo ended before it could be interrupted: {said}"
+        said += line
+    interrupted = time.time()
+    proc.send_signal(signal.SIGINT)
+    said += proc.communicate(timeout=30)[0]
+    took = time.time() - interrupted
+    assert proc.returncode == 130 and took < 10, (proc.returncode, took, said)
+    assert "interrupted: demo stopped" in said and "Traceback" not in said and "Aborted!" not in said, said

@@ -74,3 +74,22 @@ def test_fewer_than_half_of_the_faithful_ordinary_summaries_score_0(rows):
     zeros = [item["id"] for item, row in zip(ITEMS, rows) if row["score"] == 0]
     assert len(zeros) < len(ITEMS) / 2, zeros
     assert all(row["settings"]["design.coverage_rule"] == "mean P(covered) over the key sentences" for row in rows)
+
+
+def test_no_faithful_ordinary_summary_gets_a_role_or_quantity_finding(rows):
+    assert sum(len(row["claims"]) for row in rows) >= len(ITEMS)
+    assert [c["relations"] for row in rows for c in row["claims"] if c["relations"]] == []
+
+
+def test_a_role_swap_and_every_for_a_share_are_unsupported_naming_the_sources_words(judge):
+    source = (
+        "The council of Brayford met on Monday. Mayor Ana Silva proposed the tram plan, and councillor Omar Haddad "
+        "opposed it. By June, 61 percent of residents had signed the petition for it."
+    )
+    summary = "Omar Haddad proposed the tram plan and Ana Silva opposed it. Every resident signed the petition."
+    row = SummarizationScorer(judge).score(source, summary).to_dict()
+    overruled = {c["overruled_by"]: c for c in row["claims"] if c.get("overruled_by") in ("roles", "quantity words")}
+    assert sorted(overruled) == ["quantity words", "roles"], row["claims"]
+    assert overruled["roles"]["relations"][0]["source_says"] == "Silva proposed the tram"
+    assert overruled["quantity words"]["relations"][0]["source_says"] == "61 percent of residents"
+    assert "the source says '61 percent of residents'" in row["reason"] and row["alignment"] == 0.0

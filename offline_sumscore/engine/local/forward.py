@@ -84,6 +84,16 @@ class Passes:
         self._nan_rows_at_take[slots] = self.stats.nan_rows
         return slots
 
+    def fresh_slots(self, slots: KVSlots) -> KVSlots:
+        """In place of slots from take_slots, an empty set that starts from nothing (the old one freed): given back
+        as they would have been."""
+        taken_at = self._nan_rows_at_take.pop(slots, self.stats.nan_rows)
+        slots.free()
+        fresh = self.slots()
+        fresh.empty(row_limit=self.max_rows)
+        self._nan_rows_at_take[fresh] = taken_at
+        return fresh
+
     def give_slots(self, slots: KVSlots) -> None:
         """Slots from take_slots back: on a CPU to the judge, for the next run; on a bounded device freed, their
         claim on the budget with them. Not kept after a pass that came out NaN since they were taken: their keys may

@@ -33,6 +33,22 @@ from offline_sumscore.engine.local.transfer import to_device
 READ_AT_ONCE = 256  # continuation tokens projected onto the vocabulary together
 
 
+def padding_allowed(tokens: int, pass_tokens: int) -> int:
+    """The slot cells (rows x the widest row) a pack of `tokens` prompt tokens may hold: twice its tokens, or one
+    pass's worth. Slots are as wide as their widest row, so short rows packed beside a long source would each hold
+    its width of keys and values."""
+    return max(2 * tokens, pass_tokens)
+
+
+def spread_too_far(slots: KVSlots, rows: int, columns: int) -> bool:
+    """Whether a kept CPU slot set, spanned for a pack of rows x columns, would touch more than twice the cells a set
+    of the pack's own shape would (a CPU zeroes every slot it ever held across every column it ever held)."""
+    own = rows * padded_columns(columns)
+    return max(slots.finite, rows) * max(slots.clean, padded_columns(columns)) > max(
+        2 * own, slots.finite * slots.clean
+    )
+
+
 @dataclass(frozen=True)
 class PrefixGroup:
     """Rows whose prompts open with the same prefix, computed once in the first row's slot."""
@@ -73,6 +89,11 @@ class LikelihoodPath:
             return self.passes.slots(rows, columns)
         if self._kept is None:
             self._kept = self.passes.take_slots()
+        elif spread_too_far(self._kept, rows, columns):
+            # The kept set would be zeroed across every slot it ever held and every column it ever held: short
+            # groups' many slots times a long source's columns (a 2,500-word source beside eleven short rows took
+            # the embedded judge to 11.9 GB). A fresh set of this pack's shape costs its first touch once instead.
+            self._kept = self.passes.fresh_slots(self._kept)
         self._kept.empty()  # a pass that raised left it open
         return self._kept
 
@@ -102,6 +123,8 @@ class LikelihoodPath:
             prefix = common_prefix([r.prompt_ids for r in group], min(r.feed_from for r in group))
             size = min(self.max_rows, max(1, self.token_budget // max(len(r.prompt_ids) for r in group)))
             parts += [PrefixGroup(group[at : at + size], prefix) for at in range(0, len(group), size)]
+        # Narrow groups before wide ones: packs then change width once or twice, not at every long source.
+        parts.sort(key=lambda part: max(len(r.prompt_ids) for r in part.rows))
         packs: list[list[PrefixGroup]] = []
         for part in parts:
             if packs and self.fits(packs[-1] + [part]):
@@ -120,7 +143,12 @@ class LikelihoodPath:
         budget, width = self.token_budget, max(len(r.prompt_ids) for r in rows)
         if self.bounded:
             budget, width = min(budget, self.passes.budget.room()), padded_columns(width)
-        return len(rows) <= self.max_rows and len(rows) * width <= budget and max(prefixes, rests) <= self.pass_tokens
+        return (
+            len(rows) <= self.max_rows
+            and len(rows) * width <= budget
+            and max(prefixes, rests) <= self.pass_tokens
+            and len(rows) * width <= padding_allowed(sum(len(r.prompt_ids) for r in rows), self.pass_tokens)
+        )
 
     def opening(self, pack: list[PrefixGroup]) -> list[int]:
         """The start that every group's prefix in the pack shares (a chat preamble, a source under two groups), in

@@ -39,4 +39,12 @@ def claims_request(sample_id: str, part: str, *, style: str, max_claims: int, ma
 
 
 def claims_read(result: StageResult, stages: dict, key: str) -> list[str]:
-    return list(require(result, stages, key).claims)
+    """The list's distinct claims, in order. A claim listed twice would count twice in alignment, and a judge caught
+    in a loop writes its few claims over and over until the safety bound (Qwen2.5-Coder-1.5B on a court ruling: 3
+    claims, repeated to 64): read as the claims it states, the repeats counted in the stage's audit
+    (repeats_dropped) beside its raw output."""
+    listed = list(require(result, stages, key).claims)
+    distinct = list(dict.fromkeys(listed))
+    if len(distinct) < len(listed):
+        stages[key]["repeats_dropped"] = len(listed) - len(distinct)
+    return distinct
