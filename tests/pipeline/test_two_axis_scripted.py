@@ -106,6 +106,16 @@ def test_one_sentence_whose_claims_reach_the_bound_fails_loudly(scripted):
     assert info.value.kind == "bound" and info.value.raw_output == '{"claims": ["a", "b"]}'
 
 
+def test_a_claims_list_that_repeats_itself_to_the_bound_is_read_as_its_distinct_claims(scripted):
+    """A scripted judge caught in a loop: two claims written over and over to the safety bound. The row scores on
+    the two, each counted once, and the stage's audit says how many repeats were dropped."""
+    scripted.enqueue("claims", {"claims": ["Lindford will build a library.", "It is on Mill Street."] * 3})
+    scripted.enqueue("support", "Yes", "No").enqueue("coverage", "Yes")
+    r = scorer_with(scripted, max_claims=6).score(SOURCE, "One sentence only.", questions=["Q?"])
+    assert [c["claim"] for c in r.claims] == ["Lindford will build a library.", "It is on Mill Street."]
+    assert r.alignment == 0.5 and r.stages["claims"]["repeats_dropped"] == 4
+
+
 def test_duplicate_and_generic_questions_do_not_count_and_are_kept_in_the_row(scripted):
     drawn = [
         "Did the council vote to build a library?",
