@@ -30,17 +30,14 @@ class Terminated(BaseException):
 
 @contextlib.contextmanager
 def interruptible(record: str):
-    """Ctrl-C (130) or SIGTERM (143) during a run: say how many rows OUTPUT kept and how to finish, then exit.
-
-    SIGINT gets Python's own handler (KeyboardInterrupt) whatever the run inherited: a shell without job control (a
-    script's `sumscore score ... &`) starts its background jobs with SIGINT ignored, and such a run ignored Ctrl-C
-    and `kill -INT` to its end."""
+    """Ctrl-C (130) or SIGTERM (143) during a run: say how many rows OUTPUT kept and how to finish, then exit. SIGINT
+    reaches the run as KeyboardInterrupt whatever it inherited: the command group installs Python's handler
+    (SumscoreGroup)."""
 
     def on_term(signum, frame):
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, on_term)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     except (KeyboardInterrupt, Terminated) as exc:
@@ -54,7 +51,6 @@ def interruptible(record: str):
         sys.exit(code)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        signal.signal(signal.SIGINT, previous_int)
 
 
 class InputProblem(click.ClickException):
@@ -175,9 +171,10 @@ def print_versions(ctx: click.Context, param: click.Parameter, value: bool) -> N
 
 class SumscoreGroup(click.Group):
     """Every command stops at SIGINT within seconds, however it was started: Python's own handler is installed
-    whatever the command inherited (a script's background job inherits SIGINT ignored), and an interrupt that no
-    command says more about ends with one line and 130, not click's "Aborted!" and 1. `score` says what OUTPUT kept
-    (interruptible); `setup` what to run again."""
+    whatever the command inherited (a shell without job control, as a script's `sumscore score ... &`, starts its
+    background jobs with SIGINT ignored, and such a run ignored Ctrl-C and `kill -INT` to its end), and an interrupt
+    that no command says more about ends with one line and 130, not click's "Aborted!" and 1. `score` says what
+    OUTPUT kept (interruptible); `setup` what to run again."""
 
     def invoke(self, ctx):
         signal.signal(signal.SIGINT, signal.default_int_handler)

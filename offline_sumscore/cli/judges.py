@@ -24,6 +24,7 @@ from offline_sumscore.cli.app import (
 )
 from offline_sumscore.core.errors import SumscoreError
 from offline_sumscore.core.figures import figure_note
+from offline_sumscore.core.relations import relation_note
 from offline_sumscore.core.results import embedded_judge_note
 from offline_sumscore.engine.presets import FAST_JUDGE
 from offline_sumscore.io.inputs import read_samples
@@ -263,8 +264,7 @@ def demo(metric, model, device, dtype, batch_size, token_budget, output_path):
                         for figure in claim.get("figures") or []:
                             click.echo(f"               figure   {figure_note(figure)}")
                         for found in claim.get("relations") or []:
-                            said = f"{found['word']}: the source says '{found['source_says']}'"
-                            click.echo(f"               {found['kind']:<8} {said}")
+                            click.echo(f"               {found['kind']:<8} {relation_note(found)}")
                         if claim.get("conflict"):
                             c = claim["conflict"]
                             expected = repr(c["expected_word"]) if c.get("expected_word") else "another word"

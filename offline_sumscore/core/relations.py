@@ -1,15 +1,17 @@
 """Who did what, and to how many: two errors a reader sees at once and a small judge accepts, found from the texts
 alone (pure text functions, no model), as core/figures.py finds a changed figure.
 
-- role_check: a word the summary binds to a phrase the source binds to another word the summary also names. "Clinics
-  gave more doses than pharmacies" where the source says "Pharmacies gave more doses than clinics"; "Northgate won
-  the cup final" where "Harbour City won the cup final"; "200 g sugar" where "200 g butter" (and "150 g sugar"). The
-  swap is read from the words beside it: the statement's word with the two words after it (or before it), absent
-  from the source as written, while the source holds those two words beside another word the summary names, and the
-  statement's word elsewhere. A list ("Brandt and Fischer scored" for "Fischer and Brandt scored") is no swap.
+- role_check: a name the statement binds to words that the source's aligned sentence binds to another name the
+  summary also names: "Reed proposed the plan" where the source says "Ortiz proposed the plan"; "Eastfield beat
+  Riverside" where "Riverside beat Eastfield". The swap is read from the words beside the name (up to two after it,
+  or before it, up to the next name), absent from the source beside it, while the source holds them beside the
+  other name, and the statement's name elsewhere. Names only (capitalised inside a sentence of the source): common
+  nouns ("clinics", "pharmacies") and text in lower case are not read. A list ("Brandt and Fischer scored" for
+  "Fischer and Brandt scored"), one phrase ("Liverpool winger Raheem Sterling"), a clause closed by a comma or a
+  relative clause ("Keith Vaz, who as chairman of the committee led the calls") is no swap.
 - quantity_check: a word for all ("every", "all", "each", "entire", "whole") or for most of something where the
-  source gives a share of that same thing ("61 percent of residents", "parts of Velden", "14% of patients"): the
-  summary states more than the source does.
+  aligned source sentence gives a share of that same thing ("61 percent of residents", "parts of Velden", "14% of
+  patients"): the summary states more than the source does.
 
 Each finding names the statement's word, the source's words in its place and the source sentence, so a reader
 sees the evidence: {"word", "kind": "role" | "quantity", "source_says", "sentence"}.
@@ -97,44 +99,45 @@ def role_check(statement: str, source: str, summary: str | None = None) -> list[
     whole = [f for _, f in _words(summary)] if summary is not None else folded
     named = {_stem(f) for f in whole}
     names = names_in(source)
+    sentence = aligned_sentence(statement, source)
+    src = _words(sentence)
+    src_folded = [f for _, f in src]
+    src_stems = {_stem(f) for f in src_folded}
+    said_gaps, src_gaps = _gaps(statement), _gaps(sentence)
     out: list[dict] = []
-    for sentence in [aligned_sentence(statement, source)]:
-        src = _words(sentence)
-        src_folded = [f for _, f in src]
-        src_stems = {_stem(f) for f in src_folded}
-        for i, (word, key) in enumerate(said):
-            if key not in names or key in _DATES or _stem(key) not in src_stems:
+    for i, (word, key) in enumerate(said):
+        if key not in names or key in _DATES or _stem(key) not in src_stems:
+            continue
+        if any(f["word"] == word for f in out):
+            continue
+        for side in ("after", "before"):
+            context = folded[i + 1 : i + 3] if side == "after" else folded[max(0, i - 2) : i]
+            context = _up_to_a_name(context if side == "after" else context[::-1], names)
+            context = context if side == "after" else context[::-1]
+            if not context or not _binds(context):  # also "Mesut Ozil": a name beside a name is one name
                 continue
-            if any(f["word"] == word for f in out):
+            if _listed(folded, said_gaps, i, side):
+                continue  # "Henry, Redknapp and Souness agree": the list agrees, not its last name
+            ours = [key, *context] if side == "after" else [*context, key]
+            if _holds(src_folded, ours):
+                continue  # the source says it so
+            found = _rival(src, src_gaps, context, side, key, named & names)
+            if found is None:
                 continue
-            for side in ("after", "before"):
-                context = folded[i + 1 : i + 3] if side == "after" else folded[max(0, i - 2) : i]
-                context = _up_to_a_name(context if side == "after" else context[::-1], names)
-                context = context if side == "after" else context[::-1]
-                if not context or not _binds(context):  # also "Mesut Ozil": a name beside a name is one name
-                    continue
-                if _listed(folded, _gaps(statement), i, side):
-                    continue  # "Henry, Redknapp and Souness agree": the list agrees, not its last name
-                ours = [key, *context] if side == "after" else [*context, key]
-                if _holds(src_folded, ours):
-                    continue  # the source says it so
-                found = _rival(src, _gaps(sentence), context, side, key, named & names)
-                if found is None:
-                    continue
-                at, rival = found
-                beside = [p for p, w in enumerate(folded) if _stem(w) == _stem(_fold(rival)) and abs(p - i) <= _NEAR]
-                if any(i - len(context) <= p <= i + len(context) for p in beside):
-                    continue  # the statement holds the rival beside its word: the same phrase, reworded
-                theirs = [_fold(rival), *context] if side == "after" else [*context, _fold(rival)]
-                if _holds(whole, theirs):
-                    continue  # the summary binds the rival there too: both said, neither swapped
-                start, end = (at, at + 1 + len(context)) if side == "after" else (at - len(context), at + 1)
-                while side == "after" and end < len(src) and src_folded[end - 1] in _FUNCTION and end < at + 5:
-                    end += 1  # "Ortiz proposed the plan", not "Ortiz proposed the"
-                span = src[start:end]
-                says = " ".join(w for w, _ in span)
-                out.append({"word": word, "kind": "role", "source_says": says, "sentence": sentence})
-                break
+            at, rival = found
+            beside = [p for p, w in enumerate(folded) if _stem(w) == _stem(_fold(rival)) and abs(p - i) <= _NEAR]
+            if any(i - len(context) <= p <= i + len(context) for p in beside):
+                continue  # the statement holds the rival beside its word: the same phrase, reworded
+            theirs = [_fold(rival), *context] if side == "after" else [*context, _fold(rival)]
+            if _holds(whole, theirs):
+                continue  # the summary binds the rival there too: both said, neither swapped
+            start, end = (at, at + 1 + len(context)) if side == "after" else (at - len(context), at + 1)
+            while side == "after" and end < len(src) and src_folded[end - 1] in _FUNCTION and end < at + 5:
+                end += 1  # "Ortiz proposed the plan", not "Ortiz proposed the"
+            span = src[start:end]
+            says = " ".join(w for w, _ in span)
+            out.append({"word": word, "kind": "role", "source_says": says, "sentence": sentence})
+            break
     return out
 
 
@@ -193,21 +196,29 @@ def _nearest(folded: list[str], key: str, at: int) -> int | None:
 
 
 def quantity_check(statement: str, source: str) -> list[dict]:
-    """Words of the statement for all (or most) of a thing where a source sentence gives a share of that same thing
-    and no word for all of it (module docstring)."""
+    """Words of the statement for all (or most) of a thing where the aligned source sentence gives a share of that same
+    thing and no word for all of it (module docstring)."""
     said = _words(statement)
     out: list[dict] = []
+    sentence = src = None
     for i, (word, key) in enumerate(said):
         if key not in UNIVERSAL | MOST:
             continue
         thing = _thing_after(said, i)
         if thing is None:
             continue
-        sentence = aligned_sentence(statement, source)
-        share = _share_of(_words(sentence), thing, most=key in MOST)
+        if sentence is None:  # most claims hold no quantity word: the sentence is found only for one that does
+            sentence = aligned_sentence(statement, source)
+            src = _words(sentence)
+        share = _share_of(src, thing, most=key in MOST)
         if share is not None:
             out.append({"word": word, "kind": "quantity", "source_says": share, "sentence": sentence})
     return out
+
+
+def relation_note(found: dict) -> str:
+    """One finding as a reader reads it: "Haddad: the source says 'Silva proposed the merger'"."""
+    return f"{found['word']}: the source says '{found['source_says']}'"
 
 
 def _thing_after(said: list[tuple[str, str]], i: int) -> str | None:

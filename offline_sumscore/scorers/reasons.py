@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from offline_sumscore.core.figures import figure_note
+from offline_sumscore.core.relations import relation_note
 
 
 def _fmt(x: float) -> str:
@@ -25,7 +26,7 @@ def conflict_note(entry: dict) -> str:
     if contradicted:
         return " (" + "; ".join(figure_note(f) for f in contradicted) + ")"
     if entry.get("relations"):
-        return " (" + "; ".join(f"{r['word']}: the source says '{r['source_says']}'" for r in entry["relations"]) + ")"
+        return " (" + "; ".join(relation_note(r) for r in entry["relations"]) + ")"
     c = entry.get("conflict")
     if not c:
         return ""

@@ -25,14 +25,15 @@ def figure_checked(entry: dict, source: str) -> dict:
         if conflict and finding["source_figure"] and conflict["word"] == finding["figure"]:
             conflict["expected_word"] = finding["source_figure"]
     if entry["supported"] and any(f["source_says"] for f in found):
-        entry.update(
-            judge_supported=True,
-            judge_p_supported=entry["p_supported"],
-            supported=False,
-            p_supported=0.0,
-            overruled_by="figures",
-        )
+        overrule(entry, "figures")
     return entry
+
+
+def overrule(entry: dict, by: str) -> None:
+    """A supported claim made unsupported by a check that reads the texts (`by`), the judge's verdict and P kept."""
+    entry.update(
+        judge_supported=True, judge_p_supported=entry["p_supported"], supported=False, p_supported=0.0, overruled_by=by
+    )
 
 
 def relations_checked(entry: dict, source: str, summary: str) -> dict:
@@ -41,17 +42,11 @@ def relations_checked(entry: dict, source: str, summary: str) -> dict:
     says "every" or "most" of what the source gives as a share ("61 percent of residents"), is unsupported whatever
     the judge said; the judge's own verdict and P are kept beside it. Each finding is in `relations`, empty where
     there is none (one shape for every row). Measured on faithful text: 0 of 596 SummEval and FRANK summaries that
-    their annotators found consistent had a finding (docs/agreement.md)."""
+    their annotators found consistent had a finding (docs/metrics.md, research/results/relations_precision.md)."""
     found = role_check(entry["claim"], source, summary) + quantity_check(entry["claim"], source)
     entry["relations"] = found
     if entry["supported"] and found:
-        entry.update(
-            judge_supported=True,
-            judge_p_supported=entry["p_supported"],
-            supported=False,
-            p_supported=0.0,
-            overruled_by="roles" if found[0]["kind"] == "role" else "quantity words",
-        )
+        overrule(entry, "roles" if found[0]["kind"] == "role" else "quantity words")
     return entry
 
 
