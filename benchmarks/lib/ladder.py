@@ -15,6 +15,7 @@ from benchmarks.lib.outlines_engine import OutlinesEngine
 from offline_sumscore import SummarizationScorer
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
 from offline_sumscore.engine.local.lab import LabSettings
+from offline_sumscore.engine.openai_compatible import ServedEngine
 
 
 def warm_up(judge, inputs: list[dict], caps: dict, cfg: dict, *, with_outlines: bool) -> None:
@@ -35,8 +36,9 @@ def warm_up(judge, inputs: list[dict], caps: dict, cfg: dict, *, with_outlines: 
             )
 
 
-def ladder_rungs(judge, caps: dict, cfg: dict, peer=None) -> dict:
-    """Each rung: its label, how its engine is made, the scorer's options. peer: the started vLLM engine, or None."""
+def ladder_rungs(judge, caps: dict, cfg: dict, peer=None, llama_peer=None) -> dict:
+    """Each rung: its label, how its engine is made, the scorer's options. peer: the started vLLM engine, or None;
+    llama_peer: the started llama-server (llamacpp_peer.LlamaPeer), or None."""
     # Rungs 2 to 7a: the engine without drafts, each adding its feature; rung 7 adds drafts (the default).
     full = EngineFeatures()
     wave = full.without("continuous", "prefix_store", "drafts")  # rungs 2 to 5: the engine before the stream
@@ -87,6 +89,9 @@ def ladder_rungs(judge, caps: dict, cfg: dict, peer=None) -> dict:
 
         ladder["V"] = (f"vLLM {peer.engine.version} (CPU build), the rung 7 workload", vllm, caps)
         ladder["V8"] = (f"vLLM {peer.engine.version}, the embedded design (rung 8's)", vllm, ladder["8"][2])
+    if llama_peer is not None:
+        label = f"llama.cpp llama-server (--parallel {llama_peer.parallel}), the rung 7 workload"
+        ladder["L"] = (label, llama_peer.engine, caps)
     return ladder
 
 
@@ -147,6 +152,10 @@ def measure(engine, workload: str, rung: str, label: str, batch: list, results: 
     if isinstance(engine, OutlinesEngine):
         prefill, forced, decoded, passes = engine.prefill_tokens, 0, engine.decoded_tokens, engine.forward_passes
         stored = drafted = kept = 0
+    elif isinstance(engine, ServedEngine):  # llama-server: the prompt and output tokens it reported per stage
+        stages = [st for r in results if not getattr(r, "error", None) for st in r.stages.values()]
+        prefill, decoded = (sum(st.get(k) or 0 for st in stages) for k in ("tokens_in", "tokens_out"))
+        forced = passes = stored = drafted = kept = 0  # not reported by the server
     elif isinstance(engine.stats, dict):  # vLLM: prompt tokens its prefix cache served are not computed
         s = engine.stats
         cached = s["cached_prompt_tokens"]

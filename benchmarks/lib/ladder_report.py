@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.lib.llamacpp_peer import llamacpp_note
 from benchmarks.lib.outcomes import flip_rate, row_outcomes
 from benchmarks.lib.peaks import physical_floor
 from benchmarks.lib.vllm_peer import OURS_FOR, peer_note
@@ -27,9 +28,12 @@ def derive(cfg, judge, peaks, rows, outputs, ladder_order) -> tuple[list[dict], 
     rows = sorted(rows, key=lambda r: (workloads.index(r["workload"]), order[r["rung"]]))
     for row in rows:
         done = outputs[row["workload"]]
-        # Rungs 7b and 8 judge otherwise (no reasons; other items): no flip rate against rung 0.
+        # Rungs 7b and 8 judge otherwise (no reasons; other items), and L on questions of its own: no flip rate
+        # against rung 0 (L's agreement on the same claims is in its paragraph).
         row["flip_rate_vs_rung0"] = (
-            flip_rate(done["0"], done[row["rung"]]) if "0" in done and row["rung"] not in ("7b", "8", "V8") else None
+            flip_rate(done["0"], done[row["rung"]])
+            if "0" in done and row["rung"] not in ("7b", "8", "V8", "L")
+            else None
         )
         # vLLM's rungs against our full engine on the same design: the verdicts that differ, and the time ratio.
         ours = OURS_FOR.get(row["rung"])
@@ -37,7 +41,7 @@ def derive(cfg, judge, peaks, rows, outputs, ladder_order) -> tuple[list[dict], 
     # One floor for the standard workload: the least work that gives the same verdicts, i.e. the token and pass
     # counts of the rung that ran the fewest tokens per sample (rungs 0 and 1 may run fewer samples than the
     # others). Every standard rung's time is set against it.
-    standard = [r for r in rows if r["workload"] == "standard" and r["rung"] not in ("7b", "8", "V", "V8")]
+    standard = [r for r in rows if r["workload"] == "standard" and r["rung"] not in ("7b", "8", "V", "V8", "L")]
     least = min(
         standard,
         key=lambda r: (r["prefill_tokens"] + r["forced_tokens"] + r["decoded_tokens"]) / r["samples"],
@@ -77,6 +81,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
     measured. Returns the markdown and the report."""
     rows, floor_per_sample, least = derive(cfg, judge, peaks, rows, outputs, ladder_order)
     vllm, vllm_record = peer_note(args, rows)
+    llamacpp, llamacpp_record = llamacpp_note(args, rows, outputs)
     report = {
         "config": args.config,
         "settings": cfg,
@@ -95,6 +100,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
         "inputs": inputs_note(args.data),
         "rows": rows,
         "vllm": vllm_record or vllm,
+        "llamacpp": llamacpp_record or llamacpp,
     }
     table = [
         "| workload | rung | feature | samples | s | s, every run | samples/s | questions/s | prefill tok/sample | "
@@ -143,7 +149,7 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
         f"{num(floor_per_sample, '{:.3f}')} s per sample (from rung {least and least['rung']}'s token and "
         f'pass counts). {shared_note} "x fewer prefill": rung 0\'s prefill tokens per sample over the '
         f"rung's. NaN: values that came out NaN (P(yes), scores) plus rows the engine failed for NaN logits."
-        f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}\n" + profile_table(rows)
+        f"{sync_note}\n\n" + "\n".join(table) + f"\n\n{vllm}\n\n{llamacpp}\n" + profile_table(rows)
     )
     out = args.out or RESULTS / f"throughput_{args.config}"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +171,7 @@ def profile_table(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if r["rung"] not in ("7", "8", "V", "V8"):
+        if r["rung"] not in ("7", "8", "V", "V8", "L"):
             continue
         cached = r["cached_prompt_tokens"] if r.get("cached_prompt_tokens") is not None else r["stored_tokens"]
         per = 1000 * r["seconds"] / max(1, r["forward_passes"])

@@ -33,6 +33,11 @@ class TextOutput(BaseModel):
         raise NotImplementedError
 
     @classmethod
+    def gbnf(cls) -> str:  # pragma: no cover - abstract
+        """The same grammar in GBNF, llama.cpp's grammar syntax (its server's `grammar` field)."""
+        raise NotImplementedError
+
+    @classmethod
     def from_text(cls, text: str) -> TextOutput:  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -64,6 +64,10 @@ class Engine(ABC):
         """Samples a driver should keep in flight to fill this engine's batches (a stream's default)."""
         return DEFAULT_IN_FLIGHT
 
+    def gives_likelihoods(self) -> bool:
+        """Whether it reads the log-probabilities of a given text (likelihood verdicts); a served judge cannot."""
+        return True
+
 
 class ListFeed:
     """A fixed list of requests as a feed: run() on top of stream()."""
@@ -119,6 +123,9 @@ class EngineLayer(Engine):
 
     def in_flight(self) -> int:
         return self.inner.in_flight()
+
+    def gives_likelihoods(self) -> bool:
+        return self.inner.gives_likelihoods()
 
 
 __all__ = ["DEFAULT_IN_FLIGHT", "Engine", "EngineLayer", "Feed", "ListFeed", "run_as_stream", "stream_in_waves"]

@@ -15,8 +15,12 @@ up to its timeout times its tries: minutes). Yes/No verdicts (scorers/stages/ver
 the answer's grammar in vLLM's `structured_outputs` field (a server that does not know it ignores it or refuses it: then
 it is dropped, loudly), and the reply's first word must be yes or no. Where a verdict is decided, the request asks
 for `top_logprobs`, and P(yes) is read from them as our engine reads it (choice_logprobs.py); a server that gives
-none leaves P(yes) unread. Likelihood verdicts need the log-probabilities of a given text, which a chat API does not
-give: such a request fails loudly, and the scorer's verdicts="yes-no" is the way to use a served judge.
+none leaves P(yes) unread. llama.cpp's server, told apart by its /props page before the first request, gets the
+Yes/No grammar and each JSON schema in its own `grammar` field (GBNF; gbnf.py writes the schemas, in our layout, as
+its own converter drops bounds), and its log-probabilities are read as taken before the grammar.
+Likelihood verdicts need the log-probabilities of a given text, which a chat API does not give: gives_likelihoods()
+says so, the scorer refuses such a design in one line before it asks anything (scorers/base.py), and a likelihood
+request that reaches this engine anyway fails loudly. verdicts="yes-no" is the way to use a served judge.
 """
 
 from __future__ import annotations
@@ -36,12 +40,14 @@ from offline_sumscore.core.schemas import TextOutput, max_json_chars
 from offline_sumscore.core.stages import StageRequest, StageResult
 from offline_sumscore.engine import Engine
 from offline_sumscore.engine.choice_logprobs import CHOICE_LOGPROBS, choice_probs
+from offline_sumscore.engine.gbnf import Unsupported, schema_gbnf
 from offline_sumscore.engine.grammar import COMPACT_JSON
 
 WAIT_SLICE = 0.2  # seconds the caller waits for an answer before it looks again (an interrupt lands between slices)
 SCHEMA_MODE = "server json_schema (response_format)"
 TEXT_MODE = "plain text, parsed here"
 PROMPT_MODE = "schema in the prompt, output validated here"
+LLAMA_CPP = "llama.cpp"
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$")
 _VERDICT_WORD = re.compile(r"\s*(yes|no)\b[.!,:;]?\s*", re.IGNORECASE)
 NO_LIKELIHOODS = (
@@ -82,6 +88,8 @@ class ServedEngine(Engine):
         # answers, and the top log-probabilities that give P(yes).
         self.extensions = ["structured_outputs", "logprobs"]
         self.dropped: dict[str, str] = {}
+        self.server: str | None = None  # LLAMA_CPP where its /props page says so (read before the first request)
+        self._probed = False
 
     def describe(self) -> dict:
         return {
@@ -91,10 +99,19 @@ class ServedEngine(Engine):
             "timeout_s": self.timeout,
             "structured_output": self.mode,
             "structured_output_why": self.mode_reason,
-            "yes_no_grammar": "server-enforced (structured_outputs)"
-            if "structured_outputs" in self.extensions
-            else TEXT_MODE,
-            "p_yes": "read from top_logprobs" if "logprobs" in self.extensions else "not read",
+            "server": self.server or "unknown",
+            "json_grammar": "GBNF written from each schema, our layout (llama.cpp grammar field)"
+            if self.server == LLAMA_CPP
+            else "response_format",
+            "yes_no_grammar": "server-enforced (llama.cpp grammar, GBNF)"
+            if self.server == LLAMA_CPP
+            else ("server-enforced (structured_outputs)" if "structured_outputs" in self.extensions else TEXT_MODE),
+            "p_yes": "not read"
+            if "logprobs" not in self.extensions
+            else (
+                "read from top_logprobs"
+                + (" (taken before the grammar: yes over yes and no)" if self.server == LLAMA_CPP else "")
+            ),
             "refused_fields": dict(self.dropped),
             "judge": {
                 "name": self.model,
@@ -119,6 +136,7 @@ class ServedEngine(Engine):
         seconds, so an interrupt (Ctrl-C) reaches it within one, and the workers stop taking work."""
         if not requests:
             return []
+        self._probe()
         work, answers, stop = queue.SimpleQueue(), queue.SimpleQueue(), threading.Event()
         for item in enumerate(requests):
             work.put(item)
@@ -151,6 +169,25 @@ class ServedEngine(Engine):
         finally:
             stop.set()  # on an interrupt too: queued requests are never sent
         return results
+
+    def gives_likelihoods(self) -> bool:
+        return False
+
+    def _probe(self) -> None:
+        """Which server answers, once, before the first request: llama.cpp's serves /props (its build and settings)
+        beside /v1. Any other answer, or none within 5 s, leaves it unknown, asked as any OpenAI-compatible server."""
+        if self._probed:
+            return
+        self._probed = True
+        root = self.url[: -len("/chat/completions")]
+        root = root[: -len("/v1")] if root.endswith("/v1") else root
+        try:
+            with urllib.request.urlopen(f"{root}/props", timeout=5) as resp:
+                props = json.loads(resp.read().decode("utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(props, dict) and "default_generation_settings" in props:
+            self.server = LLAMA_CPP
 
     # -- one request ------------------------------------------------------------------------------------------
     def _one(self, request: StageRequest) -> StageResult:
@@ -207,8 +244,16 @@ class ServedEngine(Engine):
         if issubclass(request.schema, TextOutput):
             # The prompt asks for the plain answer; vLLM's extension field enforces the answer's grammar, and any
             # reply is parsed below.
-            if "structured_outputs" in self.extensions:
+            if self.server == LLAMA_CPP:
+                body["grammar"] = request.schema.gbnf()
+            elif "structured_outputs" in self.extensions:
                 body["structured_outputs"] = {"grammar": request.grammar[1]}
+        elif mode == SCHEMA_MODE and self.server == LLAMA_CPP and (written := _llama_grammar(request.schema_json)):
+            body["grammar"] = written  # every bound enforced, in our layout (engine/gbnf.py says why)
+            # The grammar bounds the output, so the cap may allow a token per character: a judge writing digits
+            # (a token each) to the bound hit the usual two-characters-a-token cap, cut its JSON short, and that
+            # failed stage switched the whole run to the prompt fallback.
+            body["max_tokens"] = max_json_chars(schema, escapes=False) + 16
         elif mode == SCHEMA_MODE:
             # "x-guidance" fixes the JSON layout as our engine's grammar does, where the server's grammar engine is
             # llguidance (vLLM's guidance backend); a JSON Schema keyword the others ignore (xgrammar does).
@@ -242,7 +287,10 @@ class ServedEngine(Engine):
         result.decoded_tokens = result.tokens_out
         if request.verdict_choice and (choice.get("logprobs") or {}).get("content"):
             result.choice_probs = choice_probs(
-                _steps(choice["logprobs"]["content"]), request.verdict_choice, CHOICE_LOGPROBS
+                _steps(choice["logprobs"]["content"]),
+                request.verdict_choice,
+                CHOICE_LOGPROBS,
+                masked=self.server != LLAMA_CPP,
             )
         if issubclass(request.schema, TextOutput):  # a served verdict in its own words: "yes, because ..."
             word = _VERDICT_WORD.match(text)
@@ -255,7 +303,10 @@ class ServedEngine(Engine):
         else:  # a JSON reply some servers fence as markdown
             parse = _FENCE.sub("", text)
         return result.read_reply(
-            text, capped=choice.get("finish_reason") == "length" and mode == PROMPT_MODE, parse=parse
+            text,
+            # a reply cut short under a grammar the server enforces is a cap, not a server ignoring the schema
+            capped=choice.get("finish_reason") == "length" and (mode == PROMPT_MODE or "grammar" in body),
+            parse=parse,
         )
 
     def _post(self, body: dict) -> dict:
@@ -295,6 +346,15 @@ class ServedEngine(Engine):
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay *= 2
         raise AssertionError("unreachable")
+
+
+def _llama_grammar(schema_json: str) -> str | None:
+    """The schema as GBNF for llama-server's grammar field; None where it is outside gbnf.py's subset (then
+    response_format, which llama.cpp converts itself)."""
+    try:
+        return schema_gbnf(schema_json)
+    except Unsupported:
+        return None
 
 
 def _steps(content: list[dict]) -> list[tuple[str, list[tuple[str, float]]]]:

@@ -200,6 +200,15 @@ class ScorerBase:
     def plan(self, sample: Sample) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @property
+    def design(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def needs_likelihoods(self) -> bool:
+        """Whether the design in use reads the judge's log-probabilities of a given text (likelihood verdicts, or
+        SummaryScore's likelihood answers)."""
+        return "likelihood" in (self.design.get("verdicts"), self.design.get("answers"))
+
     def score_many(self, items: Iterable[Any], *, on_error: str = "raise", progress: bool = False) -> list[Any]:
         """Score many samples, batching each stage across all of them.
 
@@ -235,6 +244,14 @@ class ScorerBase:
         asks for, Engine.in_flight), each started the moment another finishes, in order. on_done(i, result) gets each
         result (a FailedRow where the judge failed) the moment it is final, which is not in input order."""
         stacked = self.stacked_engine
+        if self.needs_likelihoods() and not stacked.gives_likelihoods():
+            # Said once before anything is asked, rather than as a failed stage on every row.
+            described = stacked.describe()
+            raise UsageError(
+                f"the judge at {described.get('url', described.get('engine'))} cannot give likelihood verdicts: a "
+                f"served judge returns no log-probabilities of a given text. Score with --verdicts yes-no "
+                f"(SummaryScore: --answers questions)."
+            )
         in_flight = in_flight or stacked.in_flight()
 
         def finish(i: int, outcome: Any) -> None:

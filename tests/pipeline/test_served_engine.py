@@ -9,17 +9,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from offline_sumscore import SummarizationScorer
+from offline_sumscore.core.schemas import max_json_chars
 from offline_sumscore.engine.openai_compatible import PROMPT_MODE, SCHEMA_MODE, ServedEngine
 from offline_sumscore.scorers.stages.claims import claims_list, claims_prompt
 from offline_sumscore.scorers.stages.verdict import question_prompt, yes_no_verdict
 
 
 class Server:
-    def __init__(self, script):
+    def __init__(self, script, props=None):
         self.script, self.bodies, self.auth = list(script), [], []
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # llama.cpp's server has a /props page; the others answer 404 there
+                found = props is not None and self.path == "/props"
+                self.send_response(200 if found else 404)
+                self.end_headers()
+                self.wfile.write(json.dumps(props).encode() if found else b"")
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.bodies.append(body)
@@ -59,8 +66,8 @@ class Server:
 def server():
     servers = []
 
-    def start(script):
-        servers.append(Server(script))
+    def start(script, props=None):
+        servers.append(Server(script, props))
         return servers[-1]
 
     yield start
@@ -199,3 +206,75 @@ def test_the_clis_api_key_reaches_the_server_as_a_bearer_token_and_no_file(tmp_p
     CliRunner().invoke(main, ["report", str(out), "-o", str(page)], catch_exceptions=False)
     for written in (out, page):
         assert "sk-typed" not in written.read_text() and "sk-from-the" not in written.read_text()
+
+
+def test_llama_cpp_gets_its_own_grammar_field_and_p_yes_is_read_before_its_grammar(server):
+    # llama-server's top log-probabilities are taken before its grammar: other tokens keep theirs, and a "No" inside
+    # the reason is no verdict.
+    top = [{"token": "The", "logprob": -0.2}, {"token": "Yes", "logprob": -1.0}, {"token": "No", "logprob": -2.0}]
+    later = [{"token": "No", "logprob": -0.1}, {"token": "Yes", "logprob": -3.0}]
+    choice = {
+        "message": {"content": "Yes"},
+        "finish_reason": "stop",
+        "logprobs": {
+            "content": [
+                {"token": "Yes", "logprob": -1.0, "top_logprobs": top},
+                {"token": "No", "logprob": -0.1, "top_logprobs": later},
+            ]
+        },
+    }
+    srv = server([(200, CLAIMS), (200, choice), (200, "No")], props={"default_generation_settings": {}})
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    verdict = srv.bodies[1]
+    assert verdict["grammar"] == 'root ::= "Yes" | "No"' and "structured_outputs" not in verdict
+    assert r.claims[0]["p_supported"] == pytest.approx(1 / (1 + 2.718281828459045**-1.0))
+    assert r.judge["engine"]["server"] == "llama.cpp"
+    assert "taken before the grammar" in r.judge["engine"]["p_yes"]
+
+
+def test_the_same_reply_from_a_server_that_masks_nothing_gives_no_p_yes(server):
+    # Without /props the server is not known to read its log-probabilities before the grammar: an unmasked top list
+    # proves no closed choice, so P(yes) is left unread rather than guessed.
+    top = [{"token": "The", "logprob": -0.2}, {"token": "Yes", "logprob": -1.0}, {"token": "No", "logprob": -2.0}]
+    choice = {
+        "message": {"content": "Yes"},
+        "finish_reason": "stop",
+        "logprobs": {"content": [{"token": "Yes", "logprob": -1.0, "top_logprobs": top}]},
+    }
+    srv = server([(200, CLAIMS), (200, choice), (200, "No")])
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    assert r.claims[0]["p_supported"] is None and r.judge["engine"]["server"] == "unknown"
+
+
+@pytest.mark.parametrize("metric", ["two-axis", "summary-score"])
+def test_a_likelihood_design_on_a_served_judge_is_refused_before_anything_is_sent(server, metric):
+    from offline_sumscore import SummaryScore
+    from offline_sumscore.core.errors import UsageError
+
+    srv = server([])
+    engine = ServedEngine(srv.url, "judge")
+    scorer = (
+        SummarizationScorer(engine=engine, verdicts="likelihood")
+        if metric == "two-axis"
+        else SummaryScore(engine=engine, answers="likelihood")
+    )
+    with pytest.raises(UsageError, match=f"the judge at {srv.url}/chat/completions cannot give likelihood verdicts"):
+        scorer.score_many([("A source here.", "A sum.")])
+    assert srv.bodies == []
+
+
+def test_a_reply_cut_short_under_llama_cpps_grammar_is_a_cap_and_no_fallback(server):
+    # The 135M judge writing digits (a token each) reached the old cap under llama-server's grammar, and that one cut
+    # reply switched the whole run to the prompt fallback.
+    cut = {"message": {"content": '{"claims": ["2014, 11:15am, 2014'}, "finish_reason": "length"}
+    srv = server([(200, cut)], props={"default_generation_settings": {}})
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    res = engine.run(claims_request())[0]
+    assert res.error_kind == "cap" and engine.mode == SCHEMA_MODE and len(srv.bodies) == 1
+    assert (
+        srv.bodies[0]["grammar"].startswith('root ::= "{" "\\"claims\\": "') and "response_format" not in srv.bodies[0]
+    )
+    longest = max_json_chars(claims_list(8, 100).model_json_schema(), escapes=False)  # 848 characters
+    assert srv.bodies[0]["max_tokens"] == longest + 16  # a token per character, where the others get one per two

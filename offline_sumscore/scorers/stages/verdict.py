@@ -91,6 +91,12 @@ class YesNoVerdict(TextOutput):
         return 'start: ("Yes" | "No") "\\nReason: " /[^\\n]{1,' + str(cls.reason_chars) + "}/"
 
     @classmethod
+    def gbnf(cls) -> str:
+        if not cls.reason_chars:
+            return 'root ::= "Yes" | "No"'
+        return 'root ::= ("Yes" | "No") "\\nReason: " [^\\n]{1,' + str(cls.reason_chars) + "}"
+
+    @classmethod
     def from_text(cls, text: str) -> YesNoVerdict:
         word, _, rest = text.partition("\n")
         if word not in ("Yes", "No"):
