@@ -13,14 +13,11 @@ llama.cpp rounds activations to 8 bits), so coverage verdicts are compared where
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
+from benchmarks.lib.loopback import LoopbackServer
 from offline_sumscore import SummarizationScorer
 from offline_sumscore.engine.openai_compatible import ServedEngine
 
@@ -44,7 +41,8 @@ def gguf_of(model: str | None) -> Path | None:
 
 def llamacpp_absent(args) -> str | None:
     """Why the ladder runs no llama.cpp rung, in a sentence; None where it runs them."""
-    if not any(r == "L" for r in f"{args.rungs},{args.shared_rungs},{args.bulk_rungs}".split(",")):
+    asked = f"{args.rungs},{args.shared_rungs}" + (f",{args.bulk_rungs}" if args.bulk else "")
+    if "L" not in asked.split(","):
         return "No llama.cpp rung was asked for (L)."
     if args.config != "cpu":
         return f"No llama.cpp rung was run: it runs with --config cpu only, and this ladder ran --config {args.config}."
@@ -55,44 +53,24 @@ def llamacpp_absent(args) -> str | None:
     return None
 
 
-class LlamaPeer:
+class LlamaPeer(LoopbackServer):
     """One llama-server process on a loopback port, its settings, its start-up and its settings sweep."""
 
     def __init__(self, gguf: Path, parallel: int, threads: int):
         self.gguf, self.parallel, self.threads = gguf, parallel, threads
-        self.log = tempfile.NamedTemporaryFile("w", prefix="llama-server-", suffix=".log", delete=False)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.args = [str(LLAMA_SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(self.port)]
-        self.args += ["-c", str(CONTEXT_PER_SLOT * parallel), "--parallel", str(parallel), "-t", str(threads)]
-        self.args += ["-tb", str(threads), "--cont-batching", "--cache-prompt", "--alias", "judge", "--seed", "0"]
-        self.args += ["--no-webui"]
-        self.proc, self.peak_kb, self.sweep, self.warm_s = None, 0, [], 0.0
+        log = tempfile.NamedTemporaryFile("w", prefix="llama-server-", suffix=".log", delete=False)
+
+        def command(port: int) -> list[str]:
+            args = [str(LLAMA_SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
+            args += ["-c", str(CONTEXT_PER_SLOT * parallel), "--parallel", str(parallel), "-t", str(threads)]
+            args += ["-tb", str(threads), "--cont-batching", "--cache-prompt", "--alias", "judge", "--seed", "0"]
+            return args + ["--no-webui"]
+
+        super().__init__("llama-server", command, log, ready="/health", patience=300)
+        self.sweep, self.warm_s = [], 0.0
         started = time.perf_counter()
         self.start()
         self.startup_s = time.perf_counter() - started
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"llama-server exited {self.proc.returncode}; its log: {self.log.name}"
-                    ) from None
-                time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"llama-server did not answer within 300 s; its log: {self.log.name}")
 
     def settings(self) -> dict:
         return {
@@ -109,26 +87,6 @@ class LlamaPeer:
         self.stop()
         self.start()
         return ServedEngine(self.url, "judge", concurrency=self.parallel, timeout=3600)
-
-    def peak_rss_kb(self) -> int:
-        """The server's peak resident memory (VmHWM) over every process of it so far, in kB."""
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-        except (OSError, AttributeError):
-            pass
-        return self.peak_kb
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.peak_rss_kb()
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
 
 
 def start_llamacpp(args, judge, inputs: list[dict], caps: dict) -> LlamaPeer | None:

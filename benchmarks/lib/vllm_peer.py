@@ -15,7 +15,8 @@ def vllm_absent(args) -> str | None:
     """Why the ladder runs no vLLM rung, in a sentence; None where it runs them."""
     import importlib.util
 
-    if not any(r.startswith("V") for r in f"{args.rungs},{args.shared_rungs},{args.bulk_rungs}".split(",")):
+    asked = f"{args.rungs},{args.shared_rungs}" + (f",{args.bulk_rungs}" if args.bulk else "")
+    if not any(r.startswith("V") for r in asked.split(",")):
         return "No vLLM rung was asked for (the rungs named V...)."
     if args.config != "cpu":
         return f"No vLLM rung was run: they run with --config cpu only, and this ladder ran --config {args.config}."

@@ -198,7 +198,13 @@ from offline_sumscore.scorers import METRICS, SummarizationScorer, SummaryScore
     help="With --judge-url: the server's API key, sent as a bearer token (or $OFFLINE_SUMSCORE_JUDGE_API_KEY, which "
     "keeps it out of the shell's history); never written to OUTPUT or a report.",
 )
-@click.option("--judge-concurrency", type=int, default=4, show_default=True, help="With --judge-url: requests at once.")
+@click.option(
+    "--judge-concurrency",
+    type=int,
+    default=None,
+    help="With --judge-url: requests at once. Default: llama.cpp's slots where the server is llama-server (its /props "
+    "page's total_slots; more would wait at the server, their timeouts running), else 4.",
+)
 @click.option(
     "--judge-timeout",
     type=float,

@@ -31,7 +31,7 @@ class EngineSpec:
     url: str | None = None  # served: an OpenAI-compatible base URL
     served_model: str | None = None  # served: the name the server serves the model as
     api_key: str | None = field(default=None, repr=False)  # served: a bearer token, never printed or recorded
-    concurrency: int = 4  # served: requests at once
+    concurrency: int | None = None  # served: requests at once (None: the server's slots where it says, else 4)
     timeout: float = 120.0  # served: seconds a request may take, its retries included
     ray_address: str | None = None  # ray: auto, ray://HOST:PORT; None starts a local Ray
     num_judges: int = 1  # ray: actors, one loaded judge each
@@ -157,7 +157,7 @@ def local_engine(
 
 
 def served_engine(
-    url: str, model: str, *, concurrency: int = 4, timeout: float = 120.0, api_key: str | None = None
+    url: str, model: str, *, concurrency: int | None = None, timeout: float = 120.0, api_key: str | None = None
 ) -> Engine:
     """A judge served elsewhere on this machine (vLLM, llama.cpp server, Ollama, transformers serve); EngineSpec has
     checked that it names a model. api_key goes to the server as a bearer token and nowhere else (no row, report or

@@ -78,8 +78,8 @@ def load_prepared(folder: Path, gguf: Path, dtype, device: str, codes_in_place: 
     said = (
         f"{len(coded)} tensors held as the file's own block codes ({types}; {size / 2**20:,.0f} MiB mapped from the "
         f"GGUF, each checked to the bit against gguf's dequantization when {folder} was prepared), {len(dense)} in "
-        f"{dtype} (norms, biases); passes of up to {gguf_codes.SMALL_ROWS} rows multiply the codes, larger ones "
-        f"rebuild each weight in {compute}"
+        f"{dtype} (norms, biases); passes of up to {gguf_codes.SMALL_ROWS[compute]} rows multiply the codes, larger "
+        f"ones rebuild each weight in {compute}"
     )
     return model, tokenizer, said
 

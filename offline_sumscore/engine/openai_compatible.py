@@ -7,16 +7,17 @@ response that fails validation (or a 400 that names response_format) switches th
 fallback: the schema is written into the prompt and every output is validated, so a bad output is a failed stage
 with its raw text, never a score. `describe()` says which mode produced the verdicts, and every row stores it.
 
-Requests run concurrently (`concurrency` worker threads), each within its timeout, retries included: connection
-errors and 5xx replies are retried with exponential backoff until then, and a server that stops answering fails its
-rows, naming the timeout, instead of holding the run. The workers are daemon threads and the caller waits for their
-answers in short slices, so Ctrl-C ends a run at once (a pool's shutdown used to wait out every queued request, each
-up to its timeout times its tries: minutes). Yes/No verdicts (scorers/stages/verdict.py) are asked as plain text, with
-the answer's grammar in vLLM's `structured_outputs` field (a server that does not know it ignores it or refuses it: then
-it is dropped, loudly), and the reply's first word must be yes or no. Where a verdict is decided, the request asks
-for `top_logprobs`, and P(yes) is read from them as our engine reads it (choice_logprobs.py); a server that gives
-none leaves P(yes) unread. llama.cpp's server, told apart by its /props page before the first request, gets the
-Yes/No grammar and each JSON schema in its own `grammar` field (GBNF; gbnf.py writes the schemas, in our layout, as
+Requests run concurrently (`concurrency` worker threads: by default llama.cpp's slots, read from its /props page, else
+DEFAULT_CONCURRENCY, since a request queued behind a busy slot spends its timeout there), each within its timeout,
+retries included: connection errors and 5xx replies are retried with exponential backoff until then, and a server that
+stops answering fails its rows, naming the timeout, instead of holding the run. The workers are daemon threads and the
+caller waits for their answers in short slices, so Ctrl-C ends a run at once (a pool's shutdown used to wait out every
+queued request, each up to its timeout times its tries: minutes). Yes/No verdicts (scorers/stages/verdict.py) are asked
+as plain text, with the answer's grammar in vLLM's `structured_outputs` field (a server that does not know it ignores it
+or refuses it: then it is dropped, loudly), and the reply's first word must be yes or no. Where a verdict is decided,
+the request asks for `top_logprobs`, and P(yes) is read from them as our engine reads it (choice_logprobs.py); a server
+that gives none leaves P(yes) unread. llama.cpp's server, told apart by its /props page before the first request, gets
+the Yes/No grammar and each JSON schema in its own `grammar` field (GBNF; gbnf.py writes the schemas, in our layout, as
 its own converter drops bounds), and its log-probabilities are read as taken before the grammar.
 Likelihood verdicts need the log-probabilities of a given text, which a chat API does not give: gives_likelihoods()
 says so, the scorer refuses such a design in one line before it asks anything (scorers/base.py), and a likelihood
@@ -45,6 +46,8 @@ from offline_sumscore.engine.grammar import COMPACT_JSON
 
 WAIT_SLICE = 0.2  # seconds the caller waits for an answer before it looks again (an interrupt lands between slices)
 SCHEMA_MODE = "server json_schema (response_format)"
+GRAMMAR_MODE = "server grammar (llama.cpp's grammar field: GBNF written here from each schema)"
+DEFAULT_CONCURRENCY = 4  # requests at once where neither the caller nor the server says
 TEXT_MODE = "plain text, parsed here"
 PROMPT_MODE = "schema in the prompt, output validated here"
 LLAMA_CPP = "llama.cpp"
@@ -68,7 +71,7 @@ class ServedEngine(Engine):
         base_url: str,
         model: str,
         *,
-        concurrency: int = 4,
+        concurrency: int | None = None,
         timeout: float = 120.0,
         retries: int = 3,
         api_key: str | None = None,
@@ -76,9 +79,12 @@ class ServedEngine(Engine):
     ):
         if not base_url.startswith(("http://", "https://")):
             raise UsageError(f"--judge-url must start with http:// or https://; given {base_url}")
-        check_count("concurrency", concurrency)
+        if concurrency is not None:
+            check_count("concurrency", concurrency)
         self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model, self.concurrency, self.timeout, self.retries = model, concurrency, timeout, retries
+        self.model, self.timeout, self.retries = model, timeout, retries
+        self.concurrency = concurrency or DEFAULT_CONCURRENCY
+        self.concurrency_from = "given" if concurrency else "the default"
         self.api_key, self.context_length = api_key, context_length
         self.mode = SCHEMA_MODE
         self.mode_reason = "the server is asked for JSON-schema output; every reply is validated"
@@ -92,12 +98,14 @@ class ServedEngine(Engine):
         self._probed = False
 
     def describe(self) -> dict:
+        self._probe()
         return {
             "engine": "openai-compatible server",
             "url": self.url,
             "concurrency": self.concurrency,
+            "concurrency_from": self.concurrency_from,
             "timeout_s": self.timeout,
-            "structured_output": self.mode,
+            "structured_output": GRAMMAR_MODE if self.mode == SCHEMA_MODE and self.server == LLAMA_CPP else self.mode,
             "structured_output_why": self.mode_reason,
             "server": self.server or "unknown",
             "json_grammar": "GBNF written from each schema, our layout (llama.cpp grammar field)"
@@ -188,6 +196,10 @@ class ServedEngine(Engine):
             return
         if isinstance(props, dict) and "default_generation_settings" in props:
             self.server = LLAMA_CPP
+            slots = props.get("total_slots")
+            if self.concurrency_from == "the default" and isinstance(slots, int) and slots >= 1:
+                # One request a slot: more would wait at the server, their timeouts running.
+                self.concurrency, self.concurrency_from = slots, "llama.cpp's slots (/props total_slots)"
 
     # -- one request ------------------------------------------------------------------------------------------
     def _one(self, request: StageRequest) -> StageResult:

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from offline_sumscore.engine.gguf_convert import embedded_gguf_path
-from offline_sumscore.engine.openai_compatible import LLAMA_CPP, SCHEMA_MODE
+from offline_sumscore.engine.openai_compatible import GRAMMAR_MODE, LLAMA_CPP
 from tests.llamacpp.server import NAME, LlamaServer
 from tests.vllm.designs import DEMO
 
@@ -71,7 +71,7 @@ def test_llama_server_answers_every_stage_valid_with_p_yes_and_our_engines_verdi
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     for row in rows_of(out):
         engine = row["judge"]["engine"]
-        assert engine["server"] == LLAMA_CPP and engine["structured_output"] == SCHEMA_MODE, engine
+        assert engine["server"] == LLAMA_CPP and engine["structured_output"] == GRAMMAR_MODE, engine
         assert not engine["refused_fields"], engine
         assert all(stage["error"] is None for stage in row["stages"].values()), row["id"]
         assert row["questions"], row["id"]

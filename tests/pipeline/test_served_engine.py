@@ -154,13 +154,15 @@ def test_an_unreachable_server_is_a_failed_stage_not_a_crash(monkeypatch):
     assert res.error_kind == "model" and "could not be reached after 2 tries" in res.error
 
 
+def reply_with_logprobs(content: str, tokens: list[tuple[str, float, list[dict]]]) -> dict:
+    """A chat choice whose tokens each carry their log-probability and the server's top list: (token, logprob, top)."""
+    steps = [{"token": token, "logprob": logprob, "top_logprobs": top} for token, logprob, top in tokens]
+    return {"message": {"content": content}, "finish_reason": "stop", "logprobs": {"content": steps}}
+
+
 def test_p_yes_is_read_from_the_servers_top_logprobs_under_the_answers_grammar(server):
     top = [{"token": "Yes", "logprob": -0.3}, {"token": "No", "logprob": -1.5}, {"token": "<x>", "logprob": -9999.0}]
-    choice = {
-        "message": {"content": "Yes"},
-        "finish_reason": "stop",
-        "logprobs": {"content": [{"token": "Yes", "logprob": -0.3, "top_logprobs": top}]},
-    }
+    choice = reply_with_logprobs("Yes", [("Yes", -0.3, top)])
     srv = server([(200, CLAIMS), (200, choice), (200, "No")])
     engine = ServedEngine(srv.url, "judge", concurrency=1)
     r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
@@ -213,16 +215,7 @@ def test_llama_cpp_gets_its_own_grammar_field_and_p_yes_is_read_before_its_gramm
     # the reason is no verdict.
     top = [{"token": "The", "logprob": -0.2}, {"token": "Yes", "logprob": -1.0}, {"token": "No", "logprob": -2.0}]
     later = [{"token": "No", "logprob": -0.1}, {"token": "Yes", "logprob": -3.0}]
-    choice = {
-        "message": {"content": "Yes"},
-        "finish_reason": "stop",
-        "logprobs": {
-            "content": [
-                {"token": "Yes", "logprob": -1.0, "top_logprobs": top},
-                {"token": "No", "logprob": -0.1, "top_logprobs": later},
-            ]
-        },
-    }
+    choice = reply_with_logprobs("Yes", [("Yes", -1.0, top), ("No", -0.1, later)])
     srv = server([(200, CLAIMS), (200, choice), (200, "No")], props={"default_generation_settings": {}})
     engine = ServedEngine(srv.url, "judge", concurrency=1)
     r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
@@ -237,11 +230,7 @@ def test_the_same_reply_from_a_server_that_masks_nothing_gives_no_p_yes(server):
     # Without /props the server is not known to read its log-probabilities before the grammar: an unmasked top list
     # proves no closed choice, so P(yes) is left unread rather than guessed.
     top = [{"token": "The", "logprob": -0.2}, {"token": "Yes", "logprob": -1.0}, {"token": "No", "logprob": -2.0}]
-    choice = {
-        "message": {"content": "Yes"},
-        "finish_reason": "stop",
-        "logprobs": {"content": [{"token": "Yes", "logprob": -1.0, "top_logprobs": top}]},
-    }
+    choice = reply_with_logprobs("Yes", [("Yes", -1.0, top)])
     srv = server([(200, CLAIMS), (200, choice), (200, "No")])
     engine = ServedEngine(srv.url, "judge", concurrency=1)
     r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
@@ -278,3 +267,20 @@ def test_a_reply_cut_short_under_llama_cpps_grammar_is_a_cap_and_no_fallback(ser
     )
     longest = max_json_chars(claims_list(8, 100).model_json_schema(), escapes=False)  # 848 characters
     assert srv.bodies[0]["max_tokens"] == longest + 16  # a token per character, where the others get one per two
+
+
+@pytest.mark.parametrize(
+    ("props", "given", "expected", "said"),
+    [
+        ({"default_generation_settings": {}, "total_slots": 2}, None, 2, "llama.cpp's slots (/props total_slots)"),
+        ({"default_generation_settings": {}, "total_slots": 2}, 3, 3, "given"),
+        (None, None, 4, "the default"),
+    ],
+)
+def test_requests_at_once_default_to_llama_cpps_slots(server, props, given, expected, said):
+    # More requests than slots wait at llama-server, each one's --judge-timeout running while it waits.
+    srv = server([(200, "Yes")], props=props)
+    engine = ServedEngine(srv.url, "judge", concurrency=given)
+    assert engine.run(verdict_request())[0].error is None
+    described = engine.describe()
+    assert (engine.concurrency, described["concurrency"], described["concurrency_from"]) == (expected, expected, said)

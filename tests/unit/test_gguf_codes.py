@@ -74,7 +74,9 @@ def _coded_linear(kernel, type_id, rows, columns, scratch_elements=gguf_codes.SC
     return layer, weight, b
 
 
-@pytest.mark.parametrize("rows_in", [1, 5, 7, gguf_codes.SMALL_ROWS, gguf_codes.SMALL_ROWS + 1])
+@pytest.mark.parametrize(
+    "rows_in", [1, 5, 7, gguf_codes.SMALL_ROWS[torch.float32], gguf_codes.SMALL_ROWS[torch.float32] + 1]
+)
 def test_a_coded_linear_computes_what_its_rebuilt_weight_computes(kernel, rows_in):
     layer, weight, bias = _coded_linear(kernel, 14, 96, 512)
     x = torch.randn(rows_in, 512)
@@ -82,6 +84,22 @@ def test_a_coded_linear_computes_what_its_rebuilt_weight_computes(kernel, rows_i
     assert_within_float32_sums(layer(x), expected, x, weight)
     x16 = x.to(torch.bfloat16)  # a bfloat16 judge's activations: computed in float32, returned in bfloat16
     assert layer(x16).dtype == torch.bfloat16
+
+
+def test_a_bfloat16_layer_rebuilds_its_weight_from_a_few_rows_where_float32_multiplies_the_codes(kernel):
+    """Past SMALL_ROWS[bfloat16] rows a bfloat16 layer computes what torch's bfloat16 linear computes on the rebuilt
+    weight (its larger pass), while a float32 layer still multiplies the codes at that many rows."""
+    codes = torch.from_numpy(random_codes(12, 64, 512, seed=3))
+    entry = gguf_codes.CodedTensor("layer.weight", 12, 64, 512, 0)
+    scratch = gguf_codes.Scratch(gguf_codes.SCRATCH_ELEMENTS)
+    bf16 = gguf_codes.CodedLinear(kernel, entry, codes, None, scratch, torch.bfloat16)
+    f32 = gguf_codes.CodedLinear(kernel, entry, codes, None, scratch, torch.float32)
+    rows = gguf_codes.SMALL_ROWS[torch.bfloat16] + 1
+    assert rows <= gguf_codes.SMALL_ROWS[torch.float32]
+    x = torch.randn(rows, 512)
+    weight = gguf_codes.dequantize(kernel, codes, 12, 512, dtype=torch.bfloat16)
+    assert torch.equal(bf16(x.bfloat16()), torch.nn.functional.linear(x.bfloat16(), weight))
+    assert torch.equal(f32(x), kernel.gguf_codes_linear(x, codes, 12))
 
 
 def test_a_large_pass_through_a_weight_larger_than_the_scratch_runs_in_slices(kernel):

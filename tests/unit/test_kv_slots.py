@@ -18,8 +18,10 @@ CONFIG = types.SimpleNamespace(
 
 @pytest.fixture(autouse=True)
 def garbage_in_fresh_buffers(monkeypatch):
-    """Fresh buffers are uninitialised memory; here they are NaN, so any region a pass attends without its being
-    zeroed or written first shows up as a NaN (every test below runs so, and feed() checks the attended span)."""
+    """Fresh buffers as a device allocates them: uninitialised memory, here NaN, so any region a pass attends without
+    its being zeroed or written first shows up as a NaN (every test below runs so, and feed() checks the attended
+    span). A CPU's own buffers are zero pages instead (tests/unit/test_kv_zero_pages.py)."""
+    monkeypatch.setattr(KVSlots, "zero_filled", property(lambda self: False))
     monkeypatch.setattr(
         KVSlots, "_uninitialised", lambda self, shape: torch.full(shape, float("nan"), dtype=self.dtype)
     )

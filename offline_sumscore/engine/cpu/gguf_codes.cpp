@@ -4,7 +4,8 @@
 // of activations (gguf_codes_linear). Every product of a scale and a code below is exact in float32 (a float16 scale
 // times a 6-bit sub-scale times a code of at most 6 bits needs at most 24 bits), so the one rounding left is the
 // minimum's subtraction, as in the reference: the weights are the reference's to the bit however the compiler fuses.
-// Plain loops the compiler vectorises (no intrinsics), threads through torch's own OpenMP runtime.
+// Plain loops the compiler vectorises, but for the dot products (AVX2, and AVX-512 tiles of 4 weight rows by 4 input
+// rows where the CPU has it); threads through torch's own OpenMP runtime.
 #include <cstdint>
 #include <algorithm>
 #if defined(__AVX2__)
@@ -202,6 +203,28 @@ inline void dots(const float* w, const float* x, int64_t K, float* out) {
 #endif
 }
 
+#if defined(__AVX512F__)
+// R rows of weights against B rows of x at once, 16 lanes a step: each step loads B + R vectors for R x B
+// multiply-adds, where dots<R> loads 1 + R for R, so a pass of a few rows stops being bound by its loads.
+// out[b * N + r] = sum_i w_r[i] * x_b[i]; K a multiple of 32.
+template <int R, int B>
+inline void tile(const float* w, const float* x, int64_t K, float* out, int64_t N) {
+  __m512 acc[R][B];
+  for (int r = 0; r < R; r++)
+    for (int b = 0; b < B; b++) acc[r][b] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < K; i += 16) {
+    __m512 xs[B];
+    for (int b = 0; b < B; b++) xs[b] = _mm512_loadu_ps(x + b * K + i);
+    for (int r = 0; r < R; r++) {
+      const __m512 wr = _mm512_loadu_ps(w + r * K + i);
+      for (int b = 0; b < B; b++) acc[r][b] = _mm512_fmadd_ps(wr, xs[b], acc[r][b]);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int b = 0; b < B; b++) out[b * N + r] = _mm512_reduce_add_ps(acc[r][b]);
+}
+#endif
+
 void check_codes(const at::Tensor& codes, int64_t type, int64_t K, const Format& f) {
   TORCH_CHECK(codes.device().is_cpu() && codes.scalar_type() == at::kByte && codes.dim() == 2 &&
                   codes.stride(1) == 1 && codes.stride(0) == codes.size(1),
@@ -261,7 +284,12 @@ at::Tensor gguf_codes_linear(at::Tensor x, at::Tensor codes, int64_t type) {
     for (int64_t g = g0; g < g1; g++) {
       const int64_t n0 = g * R, rows = std::min<int64_t>(R, N - n0);
       for (int64_t r = 0; r < rows; r++) rebuild_row(f, C + (n0 + r) * stride, K, w.data() + r * K);
-      for (int64_t m = 0; m < M; m++) {
+      int64_t m = 0;
+#if defined(__AVX512F__)
+      if (rows == R)
+        for (; m + 4 <= M; m += 4) tile<R, 4>(w.data(), X + m * K, K, O + m * N + n0, N);
+#endif
+      for (; m < M; m++) {
         if (rows == R) {
           dots<R>(w.data(), X + m * K, K, sums);
         } else {

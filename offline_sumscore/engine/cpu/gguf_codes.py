@@ -6,13 +6,19 @@ mapping: 4.5 bits a weight for Q4_K, 6.6 for Q6_K, so the 1.5B's weights take th
 rebuilds each block of weights exactly as llama.cpp's reference dequantization does (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 Q4_K, Q5_K, Q6_K), checked to the bit against gguf's own dequantization on every tensor when the file is prepared
 (engine/gguf_weights.py):
-- a pass of at most SMALL_ROWS rows (decoding, a draft's check, the vocabulary projection at the few places logits
-  are read) rebuilds each output's weights into a float32 row and multiplies it against every input row: it streams
-  the codes once, and computes in float32 on the exact weights;
-- a larger pass (a prompt's prefill: arithmetic bounds it, not memory) rebuilds the weight into one scratch buffer
-  per thread, in bfloat16 where this CPU multiplies bfloat16 natively (bf16_linears.fast_bf16_matmul), else in
-  float32, at most SCRATCH_ELEMENTS at a time (the vocabulary projection in slices), and multiplies it with torch's
-  linear. In bfloat16 its weights are those of the earlier bfloat16 preparation to the bit.
+- a pass of at most SMALL_ROWS[compute] rows (decoding a few rows, the vocabulary projection at the few places
+  logits are read) rebuilds each output's weights into a float32 row and multiplies it against every input row: it
+  streams the codes once, and computes in float32 on the exact weights;
+- a larger pass (a prompt's prefill, a wide decoding step with drafts: arithmetic bounds it, not memory) rebuilds
+  the weight into one scratch buffer per thread, in bfloat16 where this CPU multiplies bfloat16 natively
+  (bf16_linears.fast_bf16_matmul), else in float32, at most SCRATCH_ELEMENTS at a time (the vocabulary projection in
+  slices), and multiplies it with torch's linear. In bfloat16 its weights are those of the earlier bfloat16
+  preparation to the bit.
+Where the two cross depends on what the larger pass computes in (research/gguf_small_rows.py, one decoder layer of
+the 1.5B, Q4_K and Q6_K, on the 2-core AVX512_BF16 machine here). Rebuilding is cheap (a 8960 x 1536 Q4_K weight in
+1.9 ms into bfloat16), and torch's bfloat16 matmul runs at about 390 GFLOP/s there, so in bfloat16 the rebuilt
+weight overtook the row kernel at 24 rows (the row kernel took 1.21x as long at 32, 2.2x at 128); in float32 the row
+kernel stayed ahead up to 192 rows there (0.86x), and on 2 AVX2 cores the crossover was 128-192 rows.
 A kernel that cannot be built here is said once, and the loader then rebuilds the weights at load instead (see
 gguf_load.load_prepared).
 """
@@ -40,7 +46,8 @@ CODED_TYPES = {
     13: ("Q5_K", 256, 176),
     14: ("Q6_K", 256, 210),
 }
-SMALL_ROWS = 128  # passes of at most this many rows multiply the codes (crossover on 2 AVX2 cores: 128-192 rows)
+# rows in a pass up to which it multiplies the codes, by what a larger pass computes in (the measured crossovers above)
+SMALL_ROWS = {torch.bfloat16: 16, torch.float32: 128}
 SCRATCH_ELEMENTS = 16 << 20  # weights a thread's scratch holds at most (32 MiB in bfloat16): one 8960 x 1536 MLP weight
 SOURCE = Path(__file__).with_name("gguf_codes.cpp")
 # Plain C++ that the compiler vectorises for the CPU it runs on: no AVX-512 needed, unlike the other kernels.
@@ -129,10 +136,11 @@ class CodedLinear(torch.nn.Module):
         self.in_features, self.out_features = coded.columns, coded.rows
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         self.compute = dtype  # what a large pass multiplies in: bfloat16 or float32
+        self.small_rows = SMALL_ROWS[dtype]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)
-        if flat.shape[0] <= SMALL_ROWS:
+        if flat.shape[0] <= self.small_rows:
             out = self.kernel.gguf_codes_linear(flat.float().contiguous(), self.codes, self.coded.type)
         else:
             out = self.large(flat.to(self.compute).contiguous())

@@ -20,10 +20,13 @@ give_back()) are simply written over by its next pass.
 Rows come and go without moving the others: a row that finishes frees its slot (release()), a new row takes the
 lowest free slot (place()), its stored prefix written in (write()) or copied from a sibling that computed it
 (fork()). A pass's attention spans columns [0, stop) of slots [0, rows), so those columns hold finite values for
-every slot, never uninitialised memory: a masked key gets weight 0, but 0 x NaN is NaN. The buffers are allocated
-uninitialised and zeroed as slots and columns enter that span (on a CPU, memory is paid for when first touched:
-page faults, 0.4 to 1 GB/s on the 2-core machine), so capacity that is never used costs nothing; a CPU batch
-takes its slot capacity at the engine's row limit from the start.
+every slot, never uninitialised memory: a masked key gets weight 0, but 0 x NaN is NaN. On a device the buffers
+are allocated uninitialised and zeroed as slots and columns enter that span. On a CPU they are fresh anonymous
+mappings of the kernel's zero page (zero_pages): every byte reads 0 until written, and a page is paid for only when
+first written (page faults, 0.4 to 1 GB/s on the 2-core machine), so nothing is zeroed, and a slot's columns past its
+row's tokens cost nothing however wide the span. Zeroing them, as before, touched every slot ever spanned across the
+widest row ever spanned: with the 1.5B, one 2,559-word source among short rows kept 64 slots of its width resident.
+A CPU batch takes its slot capacity at the engine's row limit from the start.
 
 On a device of bounded memory (a GPU; capacity.py) the slots follow the rows actually live: they claim every shape
 from the engine's KVBudget before allocating it, grow to what a pass or an admission needs, and shrink when rows
@@ -35,6 +38,7 @@ allocation could never succeed, so its rows were halved and admitted again forev
 
 from __future__ import annotations
 
+import mmap
 import weakref
 from dataclasses import dataclass
 
@@ -214,7 +218,7 @@ class KVSlots(Cache):
                 for i, old in enumerate(buffers):
                     new = self._uninitialised(shape)
                     if old is not None and all(keep):
-                        new[: keep[0], :, : keep[1]] = old[: keep[0], :, : keep[1]]
+                        self._carry(old, new, keep)
                     buffers[i], old = new, None  # the old buffer goes now, before the next is allocated
         finally:
             shapes = [b.shape for b in self.key_buffers + self.value_buffers if b is not None]
@@ -225,6 +229,18 @@ class KVSlots(Cache):
                 self.budget.held[id(self)] = max(held, self._capacity[0] * self._capacity[1])
         self.reallocations += 1
 
+    def _carry(self, old: torch.Tensor, new: torch.Tensor, keep: tuple[int, int]) -> None:
+        """What a replaced buffer holds that the new one must: on zero pages, each live row's tokens (whatever else
+        reads 0 there, and copying the rest would make every slot of the span resident at its widest); elsewhere the
+        whole region known to hold finite values."""
+        if not self.zero_filled:
+            new[: keep[0], :, : keep[1]] = old[: keep[0], :, : keep[1]]
+            return
+        for slot in range(min(self.rows, keep[0])):
+            n = min(self.filled[slot], keep[1])
+            if self.used[slot] and n:
+                new[slot, :, :n] = old[slot, :, :n]
+
     def free(self) -> None:
         """Every buffer goes, and its claim on the budget with it: this set is not used again."""
         self.key_buffers, self.value_buffers, self._capacity = [], [], (0, 0)
@@ -232,8 +248,15 @@ class KVSlots(Cache):
         if self.budget is not None:
             self.budget.drop(id(self))
 
+    @property
+    def zero_filled(self) -> bool:
+        """Buffers that read 0 wherever they were never written: a CPU's (zero_pages), not a bounded device's."""
+        return self.device.type == "cpu" and self.budget is None
+
     def _uninitialised(self, shape) -> torch.Tensor:
-        """A buffer whose every region is zeroed or written before a pass attends it (module docstring)."""
+        """A buffer whose every region is zero or written before a pass attends it (module docstring)."""
+        if self.zero_filled:
+            return zero_pages(shape, self.dtype)
         return torch.empty(shape, dtype=self.dtype, device=self.device)
 
     def reserve(self, rows: int, columns: int) -> None:
@@ -291,6 +314,8 @@ class KVSlots(Cache):
             self.clean = columns
 
     def _zero(self, rows: slice, columns: slice) -> None:
+        if self.zero_filled:
+            return  # never written there since it was mapped: it reads 0, and writing zeros would make it resident
         if rows.stop > rows.start and columns.stop > columns.start:
             for buf in self.key_buffers + self.value_buffers:
                 buf[rows, :, columns] = 0
@@ -383,3 +408,15 @@ class KVSlots(Cache):
         the judge did not pick); its next pass writes over them."""
         for slot, n in returns:
             self.filled[slot] -= n
+
+
+def zero_pages(shape, dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor on a fresh private anonymous mapping: it reads 0 everywhere, and the kernel gives it a page of
+    memory only when that page is first written (reading an unwritten page maps the shared zero page). The mapping
+    lives as long as the tensor does (torch.frombuffer holds it) and is unmapped with it."""
+    elements = 1
+    for n in shape:
+        elements *= int(n)
+    nbytes = max(elements * torch.empty((), dtype=dtype).element_size(), 1)
+    mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    return torch.frombuffer(mapping, dtype=dtype, count=elements).view(shape)

@@ -41,8 +41,8 @@ def padding_allowed(tokens: int, pass_tokens: int) -> int:
 
 
 def spread_too_far(slots: KVSlots, rows: int, columns: int) -> bool:
-    """Whether a kept CPU slot set, spanned for a pack of rows x columns, would touch more than twice the cells a set
-    of the pack's own shape would (a CPU zeroes every slot it ever held across every column it ever held)."""
+    """Whether a kept CPU slot set, spanned for a pack of rows x columns, would span more than twice the cells a set
+    of the pack's own shape would: the cells earlier packs wrote stay resident in it."""
     own = rows * padded_columns(columns)
     return max(slots.finite, rows) * max(slots.clean, padded_columns(columns)) > max(
         2 * own, slots.finite * slots.clean
@@ -90,9 +90,9 @@ class LikelihoodPath:
         if self._kept is None:
             self._kept = self.passes.take_slots()
         elif spread_too_far(self._kept, rows, columns):
-            # The kept set would be zeroed across every slot it ever held and every column it ever held: short
-            # groups' many slots times a long source's columns (a 2,500-word source beside eleven short rows took
-            # the embedded judge to 11.9 GB). A fresh set of this pack's shape costs its first touch once instead.
+            # The kept set keeps resident every cell any pack wrote (zeroed, before zero pages: every slot it ever
+            # held times every column it ever held; a 2,500-word source beside eleven short rows took the embedded
+            # judge to 11.9 GB). A fresh set of this pack's shape gives the old cells back to the system instead.
             self._kept = self.passes.fresh_slots(self._kept)
         self._kept.empty()  # a pass that raised left it open
         return self._kept
