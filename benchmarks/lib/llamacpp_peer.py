@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks.lib.loopback import LoopbackServer
+from benchmarks.lib.workloads import rungs_asked
 from offline_sumscore import SummarizationScorer
 from offline_sumscore.engine.openai_compatible import ServedEngine
 
@@ -41,8 +42,7 @@ def gguf_of(model: str | None) -> Path | None:
 
 def llamacpp_absent(args) -> str | None:
     """Why the ladder runs no llama.cpp rung, in a sentence; None where it runs them."""
-    asked = f"{args.rungs},{args.shared_rungs}" + (f",{args.bulk_rungs}" if args.bulk else "")
-    if "L" not in asked.split(","):
+    if "L" not in rungs_asked(args):
         return "No llama.cpp rung was asked for (L)."
     if args.config != "cpu":
         return f"No llama.cpp rung was run: it runs with --config cpu only, and this ladder ran --config {args.config}."

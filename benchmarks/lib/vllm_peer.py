@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+from benchmarks.lib.workloads import rungs_asked
 from offline_sumscore import SummarizationScorer
 
 OURS_FOR = {"V": "7", "V8": "8"}  # each vLLM rung's counterpart: our full engine on the same design
@@ -15,8 +16,7 @@ def vllm_absent(args) -> str | None:
     """Why the ladder runs no vLLM rung, in a sentence; None where it runs them."""
     import importlib.util
 
-    asked = f"{args.rungs},{args.shared_rungs}" + (f",{args.bulk_rungs}" if args.bulk else "")
-    if not any(r.startswith("V") for r in asked.split(",")):
+    if not any(r.startswith("V") for r in rungs_asked(args)):
         return "No vLLM rung was asked for (the rungs named V...)."
     if args.config != "cpu":
         return f"No vLLM rung was run: they run with --config cpu only, and this ladder ran --config {args.config}."

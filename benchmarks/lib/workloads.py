@@ -39,6 +39,12 @@ CONFIGS = {
 }
 
 
+def rungs_asked(args) -> list[str]:
+    """Every rung the command line asks for on some workload run (the bulk rungs only where --bulk runs one)."""
+    asked = f"{args.rungs},{args.shared_rungs}" + (f",{args.bulk_rungs}" if args.bulk else "")
+    return [r for r in asked.split(",") if r]
+
+
 def ladder_caps(cfg: dict) -> dict:
     """The scorer options every generating rung runs with (the ladder's workload): the summary's sentences as
     claims, questions drawn from the source, yes-no verdicts, each bounded by the config."""

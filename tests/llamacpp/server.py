@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.lib.loopback import LoopbackServer, ServerNotReady
+from tests.loopback import TestServer
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_SERVER = ROOT / ".llamacpp" / "bin" / "llama-server"
@@ -14,7 +14,7 @@ MAKE_IT = "llama.cpp's llama-server is not built here: `make llamacpp-env` build
 NAME = "judge"
 
 
-class LlamaServer(LoopbackServer):
+class LlamaServer(TestServer):
     def __init__(self, log, gguf: Path, *, parallel: int = 4, context: int = 2048):
         if not LLAMA_SERVER.exists():
             pytest.skip(MAKE_IT)
@@ -26,12 +26,3 @@ class LlamaServer(LoopbackServer):
             return args + ["--alias", NAME, "--seed", "0", "--no-webui"]
 
         super().__init__("llama-server", command, log, ready="/health", patience=120)
-
-    def start(self) -> None:
-        try:
-            super().start()
-        except ServerNotReady as exc:
-            pytest.fail(str(exc))
-
-    def stop(self, graceful: bool = False) -> None:  # as a crash would
-        super().stop(graceful)

@@ -160,12 +160,19 @@ def reply_with_logprobs(content: str, tokens: list[tuple[str, float, list[dict]]
     return {"message": {"content": content}, "finish_reason": "stop", "logprobs": {"content": steps}}
 
 
+def score_with_verdict_reply(server, choice: dict, props=None):
+    """(the server, the result) of one row scored on one given question, its claim's verdict answered by `choice`
+    (the claims list first, the question's verdict "No" last), one request at a time."""
+    srv = server([(200, CLAIMS), (200, choice), (200, "No")], props=props)
+    engine = ServedEngine(srv.url, "judge", concurrency=1)
+    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    return srv, r
+
+
 def test_p_yes_is_read_from_the_servers_top_logprobs_under_the_answers_grammar(server):
     top = [{"token": "Yes", "logprob": -0.3}, {"token": "No", "logprob": -1.5}, {"token": "<x>", "logprob": -9999.0}]
     choice = reply_with_logprobs("Yes", [("Yes", -0.3, top)])
-    srv = server([(200, CLAIMS), (200, choice), (200, "No")])
-    engine = ServedEngine(srv.url, "judge", concurrency=1)
-    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    srv, r = score_with_verdict_reply(server, choice)
     verdict = srv.bodies[1]
     assert verdict["logprobs"] is True and verdict["top_logprobs"] == 20
     assert verdict["structured_outputs"]["grammar"].startswith("start:")  # the Yes/No grammar, enforced by vLLM
@@ -216,9 +223,7 @@ def test_llama_cpp_gets_its_own_grammar_field_and_p_yes_is_read_before_its_gramm
     top = [{"token": "The", "logprob": -0.2}, {"token": "Yes", "logprob": -1.0}, {"token": "No", "logprob": -2.0}]
     later = [{"token": "No", "logprob": -0.1}, {"token": "Yes", "logprob": -3.0}]
     choice = reply_with_logprobs("Yes", [("Yes", -1.0, top), ("No", -0.1, later)])
-    srv = server([(200, CLAIMS), (200, choice), (200, "No")], props={"default_generation_settings": {}})
-    engine = ServedEngine(srv.url, "judge", concurrency=1)
-    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    srv, r = score_with_verdict_reply(server, choice, props={"default_generation_settings": {}})
     verdict = srv.bodies[1]
     assert verdict["grammar"] == 'root ::= "Yes" | "No"' and "structured_outputs" not in verdict
     assert r.claims[0]["p_supported"] == pytest.approx(1 / (1 + 2.718281828459045**-1.0))
@@ -231,9 +236,7 @@ def test_the_same_reply_from_a_server_that_masks_nothing_gives_no_p_yes(server):
     # proves no closed choice, so P(yes) is left unread rather than guessed.
     top = [{"token": "The", "logprob": -0.2}, {"token": "Yes", "logprob": -1.0}, {"token": "No", "logprob": -2.0}]
     choice = reply_with_logprobs("Yes", [("Yes", -1.0, top)])
-    srv = server([(200, CLAIMS), (200, choice), (200, "No")])
-    engine = ServedEngine(srv.url, "judge", concurrency=1)
-    r = SummarizationScorer(engine=engine, include_reason=False, questions=["Q?"]).score("A source here.", "A sum.")
+    srv, r = score_with_verdict_reply(server, choice)
     assert r.claims[0]["p_supported"] is None and r.judge["engine"]["server"] == "unknown"
 
 

@@ -17,8 +17,8 @@ import urllib.request
 
 import pytest
 
-from benchmarks.lib.loopback import LoopbackServer, ServerNotReady
 from offline_sumscore.engine.openai_compatible import SCHEMA_MODE
+from tests.loopback import TestServer
 from tests.vllm.designs import demo_rows
 from tests.vllm.test_vllm_engine import differences
 from tests.vllm.venv import ROOT, SERVER, VLLM_PYTHON, vllm_env
@@ -32,7 +32,7 @@ DESIGN += ["--prompt-style", "full"]
 DESIGN_OPTIONS = dict(claims="sentences", coverage="questions", verdicts="yes-no", max_questions=3, prompt_style="full")
 
 
-class Server(LoopbackServer):
+class Server(TestServer):
     """`vllm serve` on a free loopback port, started and stopped by the tests."""
 
     def __init__(self, log):
@@ -48,15 +48,6 @@ class Server(LoopbackServer):
             return args + ["--structured-outputs-config.backend", "guidance", "--gpu-memory-utilization", "0.5"]
 
         super().__init__("vllm serve", command, log, ready="/v1/models", patience=600, env=env)
-
-    def start(self) -> None:
-        try:
-            super().start()
-        except ServerNotReady as exc:
-            pytest.fail(str(exc))
-
-    def stop(self, graceful: bool = False) -> None:  # as a crash would: no graceful drain
-        super().stop(graceful)
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ allocation could never succeed, so its rows were halved and admitted again forev
 
 from __future__ import annotations
 
+import math
 import mmap
 import weakref
 from dataclasses import dataclass
@@ -414,9 +415,7 @@ def zero_pages(shape, dtype: torch.dtype) -> torch.Tensor:
     """A CPU tensor on a fresh private anonymous mapping: it reads 0 everywhere, and the kernel gives it a page of
     memory only when that page is first written (reading an unwritten page maps the shared zero page). The mapping
     lives as long as the tensor does (torch.frombuffer holds it) and is unmapped with it."""
-    elements = 1
-    for n in shape:
-        elements *= int(n)
+    elements = math.prod(int(n) for n in shape)
     nbytes = max(elements * torch.empty((), dtype=dtype).element_size(), 1)
     mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     return torch.frombuffer(mapping, dtype=dtype, count=elements).view(shape)
