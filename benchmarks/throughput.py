@@ -90,6 +90,12 @@ def parse_args() -> argparse.Namespace:
         help="llama-server's --parallel settings tried on the standard workload before the ladder; the fastest runs L",
     )
     ap.add_argument(
+        "--vllm-model",
+        default=None,
+        help="the judge as a model directory for vLLM, where --model is a GGUF file (`sumscore convert FILE -o DIR` "
+        "writes it from the same file); default: --model",
+    )
+    ap.add_argument(
         "--vllm-eager",
         action="store_true",
         help="vLLM without its compile (enforce_eager); default: compiled, its compile cache warmed before timing",
@@ -146,7 +152,7 @@ def main() -> None:
         cfg,
         with_outlines=bool({"0", "1"} & set(args.rungs.split(",") + args.shared_rungs.split(","))),
     )
-    peer = start_vllm(args, inputs, caps, cfg)
+    peer = start_vllm(args, judge, inputs, caps, cfg)
     args.llama_peer = start_llamacpp(args, judge, inputs, caps)
     ladder = ladder_rungs(judge, caps, cfg, peer, args.llama_peer)
     workloads = {

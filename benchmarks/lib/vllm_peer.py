@@ -70,15 +70,20 @@ class Peer:
         self.engine, self.startup_s, self.warm_s = engine, startup_s, warm_s
 
 
-def start_vllm(args, inputs: list[dict], caps: dict, cfg: dict):
-    """vLLM's engine on the same judge, float32, prefix caching on, warmed as ours (warm_up); None where
-    the ladder runs no vLLM rung (vllm_absent says why)."""
+def start_vllm(args, judge, inputs: list[dict], caps: dict, cfg: dict):
+    """vLLM's engine on the same judge in the dtype ours computes in (float32 for the embedded judge, bfloat16 for a
+    GGUF judge on a CPU with bfloat16 arithmetic), prefix caching on, warmed as ours (warm_up); None where the ladder
+    runs no vLLM rung (vllm_absent says why). vLLM loads model directories: a GGUF judge's is --vllm-model, the
+    directory `sumscore convert` writes from the same file."""
     if vllm_absent(args):
         return None
     from offline_sumscore.engine.vllm_engine import VLLMEngine
 
     started = time.perf_counter()
-    engine = VLLMEngine(args.model, dtype="float32", enforce_eager=args.vllm_eager)
+    dtype = str(judge.model.dtype).removeprefix("torch.")
+    # The judge ours loaded, by its path: a bare --model means the embedded judge to the ladder, the default judge to
+    # the loader, and the two engines must never run different judges.
+    engine = VLLMEngine(args.vllm_model or judge.path, dtype=dtype, enforce_eager=args.vllm_eager)
     startup = time.perf_counter() - started
     started = time.perf_counter()
     SummarizationScorer(engine=engine, **caps).score_many(inputs, on_error="return")  # the whole workload, as ours
