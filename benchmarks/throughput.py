@@ -93,7 +93,7 @@ def parse_args() -> argparse.Namespace:
         "--vllm-model",
         default=None,
         help="the judge as a model directory for vLLM, where --model is a GGUF file (`sumscore convert FILE -o DIR` "
-        "writes it from the same file); default: --model",
+        "writes it from the same file); default: the judge our rungs load",
     )
     ap.add_argument(
         "--vllm-eager",

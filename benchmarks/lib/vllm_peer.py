@@ -80,10 +80,9 @@ def start_vllm(args, judge, inputs: list[dict], caps: dict, cfg: dict):
     from offline_sumscore.engine.vllm_engine import VLLMEngine
 
     started = time.perf_counter()
-    dtype = str(judge.model.dtype).removeprefix("torch.")
     # The judge ours loaded, by its path: a bare --model means the embedded judge to the ladder, the default judge to
     # the loader, and the two engines must never run different judges.
-    engine = VLLMEngine(args.vllm_model or judge.path, dtype=dtype, enforce_eager=args.vllm_eager)
+    engine = VLLMEngine(args.vllm_model or judge.path, dtype=judge.dtype, enforce_eager=args.vllm_eager)
     startup = time.perf_counter() - started
     started = time.perf_counter()
     SummarizationScorer(engine=engine, **caps).score_many(inputs, on_error="return")  # the whole workload, as ours
