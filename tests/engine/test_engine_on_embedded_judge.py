@@ -14,6 +14,7 @@ from offline_sumscore.core import schemas
 from offline_sumscore.core.stages import StageRequest
 from offline_sumscore.engine.local import EngineFeatures, TransformersEngine
 from offline_sumscore.engine.local.lab import LabSettings
+from offline_sumscore.engine.local.shared_pages import SlotPrefixes
 from offline_sumscore.scorers.stages.claims import claims_list, claims_prompt
 from offline_sumscore.scorers.stages.questions import questions_list, questions_prompt
 from offline_sumscore.scorers.stages.verdict import likelihood_prompt, question_prompt, statement_prompt, yes_no_verdict
@@ -145,6 +146,25 @@ def test_shared_prefix_rows_equal_unshared_rows(judge, full):
     unshared, stats = run(judge, ["shared_prefix"])
     same(full[0], unshared)
     assert full[1].prefill_tokens < stats.prefill_tokens  # each source and summary prefix was computed once
+
+
+def test_a_prefix_mapped_from_one_copy_into_its_rows_gives_every_number_copies_give(judge, monkeypatch):
+    """On a CPU a forked prefix's whole pages are mapped into each row's slot from one copy (shared_pages.py), not
+    copied: the rows attend the same keys and values, so every output is the same to the bit."""
+    mapped = []
+    share = SlotPrefixes.share
+
+    def recorded(self, *args):
+        mapped.append(share(self, *args))
+        return mapped[-1]
+
+    monkeypatch.setattr(SlotPrefixes, "share", recorded)
+    shared, _ = run(judge)
+    assert max(mapped) >= 64  # columns mapped from one copy (16 a page for this judge)
+    monkeypatch.setattr(SlotPrefixes, "share", lambda self, *args: 0)  # copies, as before
+    copied, _ = run(judge)
+    assert [(r.raw_output, r.choice_probs) for r in shared] == [(r.raw_output, r.choice_probs) for r in copied]
+    assert [r.value for r in shared if r.request.continuation] == [r.value for r in copied if r.request.continuation]
 
 
 def test_drafted_rows_equal_rows_decoded_one_token_a_step(judge, full):

@@ -17,16 +17,17 @@ lengths), whichever layer it raised in. A pass has no holes: a row that feeds no
 dense layers see the real tokens only. Tokens a row gives back after a pass (draft tokens the judge did not pick,
 give_back()) are simply written over by its next pass.
 
-Rows come and go without moving the others: a row that finishes frees its slot (release()), a new row takes the
-lowest free slot (place()), its stored prefix written in (write()) or copied from a sibling that computed it
-(fork()). A pass's attention spans columns [0, stop) of slots [0, rows), so those columns hold finite values for
-every slot, never uninitialised memory: a masked key gets weight 0, but 0 x NaN is NaN. On a device the buffers
-are allocated uninitialised and zeroed as slots and columns enter that span. On a CPU they are fresh anonymous
-mappings of the kernel's zero page (zero_pages): every byte reads 0 until written, and a page is paid for only when
-first written (page faults, 0.4 to 1 GB/s on the 2-core machine), so nothing is zeroed, and a slot's columns past its
-row's tokens cost nothing however wide the span. Zeroing them, as before, touched every slot ever spanned across the
-widest row ever spanned: with the 1.5B, one 2,559-word source among short rows kept 64 slots of its width resident.
-A CPU batch takes its slot capacity at the engine's row limit from the start.
+Rows come and go without moving the others: a row that finishes frees its slot (release()), a new row takes the lowest
+free slot (place()), its stored prefix written in (write()) or taken from a sibling that computed it (fork(): on a CPU
+the prefix's whole pages are mapped from one copy into every row's slot, shared_pages.py, and the rest copied; elsewhere
+copied). A pass's attention spans columns [0, stop) of slots [0, rows), so those columns hold finite values for every
+slot, never uninitialised memory: a masked key gets weight 0, but 0 x NaN is NaN. On a device the buffers are allocated
+uninitialised and zeroed as slots and columns enter that span. On a CPU they are fresh anonymous mappings of the
+kernel's zero page (zero_pages): every byte reads 0 until written, and a page is paid for only when first written (page
+faults, 0.4 to 1 GB/s on the 2-core machine), so nothing is zeroed, and a slot's columns past its row's tokens cost
+nothing however wide the span. Zeroing them, as before, touched every slot ever spanned across the widest row ever
+spanned: with the 1.5B, one 2,559-word source among short rows kept 64 slots of its width resident. A CPU batch takes
+its slot capacity at the engine's row limit from the start.
 
 On a device of bounded memory (a GPU; capacity.py) the slots follow the rows actually live: they claim every shape
 from the engine's KVBudget before allocating it, grow to what a pass or an admission needs, and shrink when rows
@@ -49,6 +50,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 
 from offline_sumscore.engine.local.attention import CPU_CALLS, CallRule, RaggedPass, runs
 from offline_sumscore.engine.local.kv_budget import KVBudget, KVBudgetExceeded
+from offline_sumscore.engine.local.shared_pages import SlotPrefixes
 
 _ROW_STEP = 8  # slots are allocated in multiples of this
 COLUMN_STEP = 64  # columns likewise; what the scheduler and a likelihood pack plan with too (padded_columns)
@@ -180,6 +182,7 @@ class KVSlots(Cache):
         self.clean = 0  # columns [0, clean) of slots [0, finite) hold finite values
         self.finite = 0  # slots that ever entered the span: they keep finite values after their rows leave
         self.open: RaggedPass | None = None
+        self.prefixes = SlotPrefixes()  # on a CPU, each slot's prefix mapped from one copy (fork)
         self.key_buffers: list[torch.Tensor] = []
         self.value_buffers: list[torch.Tensor] = []
         self.reallocations = 0
@@ -215,11 +218,11 @@ class KVSlots(Cache):
         if not self.key_buffers:
             self.key_buffers, self.value_buffers = [None] * len(self.layers), [None] * len(self.layers)
         try:
-            for buffers in (self.key_buffers, self.value_buffers):
+            for first, buffers in ((0, self.key_buffers), (len(self.layers), self.value_buffers)):
                 for i, old in enumerate(buffers):
                     new = self._uninitialised(shape)
                     if old is not None and all(keep):
-                        self._carry(old, new, keep)
+                        self._carry(old, new, keep, first + i)
                     buffers[i], old = new, None  # the old buffer goes now, before the next is allocated
         finally:
             shapes = [b.shape for b in self.key_buffers + self.value_buffers if b is not None]
@@ -230,21 +233,24 @@ class KVSlots(Cache):
                 self.budget.held[id(self)] = max(held, self._capacity[0] * self._capacity[1])
         self.reallocations += 1
 
-    def _carry(self, old: torch.Tensor, new: torch.Tensor, keep: tuple[int, int]) -> None:
-        """What a replaced buffer holds that the new one must: on zero pages, each live row's tokens (whatever else
-        reads 0 there, and copying the rest would make every slot of the span resident at its widest); elsewhere the
-        whole region known to hold finite values."""
+    def _carry(self, old: torch.Tensor, new: torch.Tensor, keep: tuple[int, int], index: int) -> None:
+        """What a replaced buffer (number `index` of keys then values) holds that the new one must: on zero pages,
+        each live row's tokens (whatever else reads 0 there, and copying the rest would make every slot of the span
+        resident at its widest), a shared prefix mapped again rather than copied; elsewhere the whole region known
+        to hold finite values."""
         if not self.zero_filled:
             new[: keep[0], :, : keep[1]] = old[: keep[0], :, : keep[1]]
             return
         for slot in range(min(self.rows, keep[0])):
             n = min(self.filled[slot], keep[1])
             if self.used[slot] and n:
-                new[slot, :, :n] = old[slot, :, :n]
+                start = self.prefixes.carry(index, new, slot, n)  # the columns mapped again
+                new[slot, :, start:n] = old[slot, :, start:n]
 
     def free(self) -> None:
         """Every buffer goes, and its claim on the budget with it: this set is not used again."""
         self.key_buffers, self.value_buffers, self._capacity = [], [], (0, 0)
+        self.prefixes.close()
         self.finite = self.clean = 0
         if self.budget is not None:
             self.budget.drop(id(self))
@@ -334,8 +340,10 @@ class KVSlots(Cache):
         return free
 
     def release(self, slots: list[int]) -> None:
-        """The rows in these slots have finished: the slots are free (what they hold stays, finite, unattended)."""
+        """The rows in these slots have finished: the slots are free (what they hold stays, finite, unattended,
+        but a shared prefix, which goes back to zero pages)."""
         for r in slots:
+            self.prefixes.unshare(self.key_buffers + self.value_buffers, r)
             self.used[r], self.filled[r] = False, 0
         while self.rows and not self.used[self.rows - 1]:
             self.rows -= 1
@@ -352,6 +360,7 @@ class KVSlots(Cache):
         """Stored keys and values of n tokens as the slot's first n: a prefix store's StoredKV (copied from its
         blocks straight into the slot), or per layer ([1, kv heads, >= n, dim], same)."""
         self._span(self.rows, n)
+        self.prefixes.unshare(self.key_buffers + self.value_buffers, slot)
         if hasattr(kv, "copy_into"):
             for layer, (k, v) in enumerate(zip(self.key_buffers, self.value_buffers)):
                 kv.copy_into(layer, k[slot], v[slot], n)
@@ -362,12 +371,14 @@ class KVSlots(Cache):
         self.filled[slot] = n
 
     def fork(self, source: int, slots: list[int], n: int) -> None:
-        """The first n tokens of the source slot, copied into each of the slots (a shared prefix computed once)."""
+        """The first n tokens of the source slot into each of the slots (a shared prefix computed once): on a CPU
+        their whole pages mapped from one copy (shared_pages.py), the rest copied."""
         if slots and n:
+            done = self.prefixes.share(self.key_buffers + self.value_buffers, source, slots, n, self.zero_filled)
             spans = runs(sorted(slots))
             for buf in self.key_buffers + self.value_buffers:
                 for a, b in spans:
-                    buf[a:b, :, :n] = buf[source : source + 1, :, :n]
+                    buf[a:b, :, done:n] = buf[source : source + 1, :, done:n]
         for r in slots:
             self.filled[r] = n
 
@@ -388,6 +399,9 @@ class KVSlots(Cache):
         feed = np.asarray(counts, dtype=np.int64)
         if (feed[~np.asarray(self.used, dtype=bool)] > 0).any():
             raise RuntimeError("KVSlots: a pass feeds a free slot")
+        for slot, columns in self.prefixes.columns(self.key_buffers).items():
+            if feed[slot] and filled[slot] < columns:  # its pass would write into pages other rows read
+                raise RuntimeError(f"KVSlots: slot {slot} would write into its shared prefix ({columns} columns)")
         layout = RaggedPass(filled, feed, self.device, calls=self.call_rule)
         if self.budget is not None:
             self._shrink(layout.stop)
