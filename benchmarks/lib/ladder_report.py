@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.lib.engine_choice import section
 from benchmarks.lib.llamacpp_peer import llamacpp_note
 from benchmarks.lib.outcomes import flip_rate, row_outcomes
 from benchmarks.lib.peaks import physical_floor
@@ -154,6 +155,8 @@ def write_report(args, cfg, judge, peaks, inputs, rows, outputs, ladder_order) -
     out = args.out or RESULTS / f"throughput_{args.config}"
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps(report, indent=1) + "\n")
+    if Path(out) == RESULTS / "throughput_cpu":  # the table a CPU user picks an engine by (engine_choice.py)
+        markdown += "\n" + section(RESULTS)
     Path(f"{out}.md").write_text(markdown)
     Path(f"{out}_verdicts.json").write_text(json.dumps(row_outcomes(outputs)) + "\n")
     return markdown, report
