@@ -5,7 +5,9 @@ row kernel) and rebuild the weight for torch's matmul instead, for each dtype th
 
 One decoder layer's coded projections of the prepared GGUF (its q, k, v, o, gate, up and down weights as the file
 holds them: Q4_K and Q6_K for the 1.5B), both ways, in alternating calls at 1 to 192 rows, in bfloat16 and in
-float32. Writes results/gguf_small_rows.md (--name): the crossover behind gguf_codes.SMALL_ROWS.
+float32, and, where the CPU has AVX512_BF16, the bfloat16 row kernel (each row's weights rounded to bfloat16,
+vdpbf16ps) against the rebuilt bfloat16 weight. Writes results/gguf_small_rows.md (--name): the crossovers behind
+gguf_codes.SMALL_ROWS and BF16_ROWS.
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ def main() -> None:
         "linear in that dtype). Ratio above 1: the rebuilt weight is faster.",
         "",
         "| rows | row kernel ms | rebuilt, bfloat16 ms | codes / rebuilt bf16 | rebuilt, float32 ms "
-        "| codes / rebuilt f32 |",
-        "|---|---|---|---|---|---|",
+        "| codes / rebuilt f32 | bf16 row kernel ms | bf16 codes / rebuilt bf16 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     torch.manual_seed(0)
     with torch.inference_mode():
@@ -87,9 +89,18 @@ def main() -> None:
             def rebuilt(dtype, x=x):
                 return [layer.large(x[c.columns].to(dtype)) for (_, c, _), layer in zip(weights, layers[dtype])]
 
+            def bf16_codes(x=x):
+                return [
+                    module.gguf_codes_linear_bf16(x[c.columns].bfloat16(), c_codes, c.type) for _, c, c_codes in weights
+                ]
+
             a, b = in_turns(codes, lambda: rebuilt(torch.bfloat16), 7)
             _, f = in_turns(codes, lambda: rebuilt(torch.float32), 7)
-            lines.append(f"| {rows} | {a:.2f} | {b:.2f} | {a / b:.2f} | {f:.2f} | {a / f:.2f} |")
+            bf16 = "-"
+            if module.gguf_bf16_dots():
+                r, b2 = in_turns(bf16_codes, lambda: rebuilt(torch.bfloat16), 7)
+                bf16 = f"{r:.2f} | {r / b2:.2f}"
+            lines.append(f"| {rows} | {a:.2f} | {b:.2f} | {a / b:.2f} | {f:.2f} | {a / f:.2f} | {bf16} |")
             print(lines[-1], flush=True)
     publish(args.name, lines)
 

@@ -14,6 +14,7 @@ HEADING = "## Which engine on this CPU"
 JUDGES = {
     "SmolLM2-135M Q4_1 (embedded)": ("throughput_cpu.json",),
     "Qwen2.5-Coder-1.5B-Instruct Q4_K_M": (
+        "throughput_cpu_qwen2.5-coder-1.5b_bf16_rows.json",
         "throughput_cpu_qwen2.5-coder-1.5b.json",
         "throughput_cpu_llamacpp_qwen2.5-coder-1.5b.json",
     ),

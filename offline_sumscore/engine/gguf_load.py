@@ -75,11 +75,14 @@ def load_prepared(folder: Path, gguf: Path, dtype, device: str, codes_in_place: 
     kinds = Counter(gguf_codes.CODED_TYPES[entry.type][0] for entry in coded)
     size = sum(e.rows * e.row_bytes for e in coded)
     types = ", ".join(f"{k} {v}" for k, v in kinds.items())
+    bf16_rows = compute == torch.bfloat16 and bool(module.gguf_bf16_dots())
+    small = gguf_codes.BF16_ROWS if bf16_rows else gguf_codes.SMALL_ROWS[compute]
+    how = " rounded to bfloat16 (AVX512_BF16)" if bf16_rows else ""
     said = (
         f"{len(coded)} tensors held as the file's own block codes ({types}; {size / 2**20:,.0f} MiB mapped from the "
         f"GGUF, each checked to the bit against gguf's dequantization when {folder} was prepared), {len(dense)} in "
-        f"{dtype} (norms, biases); passes of up to {gguf_codes.SMALL_ROWS[compute]} rows multiply the codes, larger "
-        f"ones rebuild each weight in {compute}"
+        f"{dtype} (norms, biases); passes of up to {small} rows multiply the codes{how}, larger ones rebuild each "
+        f"weight in {compute}"
     )
     return model, tokenizer, said
 

@@ -86,20 +86,43 @@ def test_a_coded_linear_computes_what_its_rebuilt_weight_computes(kernel, rows_i
     assert layer(x16).dtype == torch.bfloat16
 
 
-def test_a_bfloat16_layer_rebuilds_its_weight_from_a_few_rows_where_float32_multiplies_the_codes(kernel):
-    """Past SMALL_ROWS[bfloat16] rows a bfloat16 layer computes what torch's bfloat16 linear computes on the rebuilt
-    weight (its larger pass), while a float32 layer still multiplies the codes at that many rows."""
+def test_a_bfloat16_layer_multiplies_bfloat16_codes_up_to_its_limit_and_then_a_rebuilt_weight(kernel):
+    """A bfloat16 layer's passes of up to its small_rows rows multiply each output's weights rounded to bfloat16 (the
+    bfloat16 row kernel, where AVX512_BF16 is; else the float32 row kernel up to SMALL_ROWS[bfloat16]); past them it
+    computes exactly what torch's bfloat16 linear computes on the rebuilt weight (its larger pass)."""
     codes = torch.from_numpy(random_codes(12, 64, 512, seed=3))
     entry = gguf_codes.CodedTensor("layer.weight", 12, 64, 512, 0)
     scratch = gguf_codes.Scratch(gguf_codes.SCRATCH_ELEMENTS)
     bf16 = gguf_codes.CodedLinear(kernel, entry, codes, None, scratch, torch.bfloat16)
     f32 = gguf_codes.CodedLinear(kernel, entry, codes, None, scratch, torch.float32)
-    rows = gguf_codes.SMALL_ROWS[torch.bfloat16] + 1
-    assert rows <= gguf_codes.SMALL_ROWS[torch.float32]
-    x = torch.randn(rows, 512)
     weight = gguf_codes.dequantize(kernel, codes, 12, 512, dtype=torch.bfloat16)
+    native = bool(kernel.gguf_bf16_dots())
+    assert bf16.small_rows == (gguf_codes.BF16_ROWS if native else gguf_codes.SMALL_ROWS[torch.bfloat16])
+    multiplied = weight.float() if native else gguf_codes.dequantize(kernel, codes, 12, 512)  # exact in float32
+    for rows in (1, 5, bf16.small_rows):
+        x = torch.randn(rows, 512).bfloat16()
+        if native:
+            got = kernel.gguf_codes_linear_bf16(x, codes, 12)
+        else:
+            got = kernel.gguf_codes_linear(x.float(), codes, 12)
+        assert torch.equal(bf16(x), got.bfloat16())
+        assert_within_float32_sums(got, x.double() @ multiplied.double().T, x.float(), multiplied)
+    x = torch.randn(bf16.small_rows + 1, 512)
     assert torch.equal(bf16(x.bfloat16()), torch.nn.functional.linear(x.bfloat16(), weight))
-    assert torch.equal(f32(x), kernel.gguf_codes_linear(x, codes, 12))
+    x = torch.randn(gguf_codes.SMALL_ROWS[torch.float32], 512)
+    assert torch.equal(f32(x), kernel.gguf_codes_linear(x, codes, 12))  # float32 keeps the exact weights
+
+
+@pytest.mark.parametrize("type_id", sorted(gguf_codes.CODED_TYPES))
+def test_the_bfloat16_row_kernel_multiplies_each_type_and_outputs_past_its_groups_of_four(kernel, type_id):
+    if not kernel.gguf_bf16_dots():
+        pytest.skip("this CPU's build has no AVX512_BF16: the bfloat16 row kernel is not built")
+    codes = torch.from_numpy(random_codes(type_id, 66, 512, seed=type_id))  # 16 groups of 4 outputs, then 2
+    weight = gguf_codes.dequantize(kernel, codes, type_id, 512, dtype=torch.bfloat16).float()
+    x = torch.randn(7, 512).bfloat16()  # a tile of 4 input rows, then 3 alone
+    got = kernel.gguf_codes_linear_bf16(x, codes, type_id)
+    assert got.shape == (7, 66) and got.dtype == torch.float32
+    assert_within_float32_sums(got, x.double() @ weight.double().T, x.float(), weight)
 
 
 def test_a_large_pass_through_a_weight_larger_than_the_scratch_runs_in_slices(kernel):

@@ -225,6 +225,36 @@ inline void tile(const float* w, const float* x, int64_t K, float* out, int64_t 
 }
 #endif
 
+#if defined(__AVX512BF16__)
+// R rows of bfloat16 weights against B rows of bfloat16 x, 32 products a step for each pair (vdpbf16ps: each product
+// exact in float32, summed in float32), twice the float32 tile's products an instruction.
+// out[b * N + r] = sum_i w_r[i] * x_b[i]; K a multiple of 32.
+template <int R, int B>
+inline void tile_bf16(const uint16_t* w, const uint16_t* x, int64_t K, float* out, int64_t N) {
+  __m512 acc[R][B];
+  for (int r = 0; r < R; r++)
+    for (int b = 0; b < B; b++) acc[r][b] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < K; i += 32) {
+    __m512bh xs[B];
+    for (int b = 0; b < B; b++) xs[b] = (__m512bh)_mm512_loadu_si512(x + b * K + i);
+    for (int r = 0; r < R; r++) {
+      const __m512bh wr = (__m512bh)_mm512_loadu_si512(w + r * K + i);
+      for (int b = 0; b < B; b++) acc[r][b] = _mm512_dpbf16_ps(acc[r][b], wr, xs[b]);
+    }
+  }
+  for (int r = 0; r < R; r++)
+    for (int b = 0; b < B; b++) out[b * N + r] = _mm512_reduce_add_ps(acc[r][b]);
+}
+
+// A rebuilt row of K float32 weights rounded to bfloat16 (nearest even, as torch's cast), 32 at a time.
+inline void round_row_bf16(const float* y, int64_t K, uint16_t* w) {
+  for (int64_t i = 0; i < K; i += 32) {
+    const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(y + i + 16), _mm512_loadu_ps(y + i));
+    _mm512_storeu_si512(w + i, (__m512i)pair);
+  }
+}
+#endif
+
 void check_codes(const at::Tensor& codes, int64_t type, int64_t K, const Format& f) {
   TORCH_CHECK(codes.device().is_cpu() && codes.scalar_type() == at::kByte && codes.dim() == 2 &&
                   codes.stride(1) == 1 && codes.stride(0) == codes.size(1),
@@ -300,4 +330,56 @@ at::Tensor gguf_codes_linear(at::Tensor x, at::Tensor codes, int64_t type) {
     }
   });
   return out;
+}
+
+// Whether gguf_codes_linear_bf16 was built: this CPU's compiler had AVX512_BF16.
+bool gguf_bf16_dots() {
+#if defined(__AVX512BF16__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// x: bfloat16 [M, K] contiguous; codes as gguf_codes_linear's. Returns float32 [M, N] = x @ W.T with each output's
+// weights rebuilt once, rounded to bfloat16 (the weights a large pass's rebuilt bfloat16 matmul uses, to the bit) and
+// multiplied against every row of x four rows at a time: a pass of a few dozen rows streams the codes once and never
+// writes the whole weight out.
+at::Tensor gguf_codes_linear_bf16(at::Tensor x, at::Tensor codes, int64_t type) {
+#if !defined(__AVX512BF16__)
+  TORCH_CHECK(false, "gguf_codes_linear_bf16 needs AVX512_BF16, which this build lacks (gguf_bf16_dots() is false)");
+#else
+  const Format f = format_of(type);
+  TORCH_CHECK(x.device().is_cpu() && x.scalar_type() == at::kBFloat16 && x.dim() == 2 && x.is_contiguous(),
+              "x must be a contiguous bfloat16 CPU [rows, inputs] tensor");
+  const int64_t M = x.size(0), K = x.size(1), N = codes.size(0);
+  check_codes(codes, type, K, f);
+  TORCH_CHECK(K % 32 == 0, "inputs must be a multiple of 32, not ", K);
+  auto out = at::empty({M, N}, x.options().dtype(at::kFloat));
+  const uint16_t* X = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const uint8_t* C = codes.data_ptr<uint8_t>();
+  const int64_t stride = codes.size(1);
+  float* O = out.data_ptr<float>();
+  constexpr int R = 4;  // outputs rebuilt together
+  at::parallel_for(0, (N + R - 1) / R, 4, [&](int64_t g0, int64_t g1) {
+    std::vector<float> y(K);
+    std::vector<uint16_t> w(R * K);
+    for (int64_t g = g0; g < g1; g++) {
+      const int64_t n0 = g * R, rows = std::min<int64_t>(R, N - n0);
+      for (int64_t r = 0; r < rows; r++) {
+        rebuild_row(f, C + (n0 + r) * stride, K, y.data());
+        round_row_bf16(y.data(), K, w.data() + r * K);
+      }
+      int64_t m = 0;
+      if (rows == R) {
+        for (; m + 4 <= M; m += 4) tile_bf16<R, 4>(w.data(), X + m * K, K, O + m * N + n0, N);
+        for (; m < M; m++) tile_bf16<R, 1>(w.data(), X + m * K, K, O + m * N + n0, N);
+      } else {
+        for (int64_t r = 0; r < rows; r++)
+          for (m = 0; m < M; m++) tile_bf16<1, 1>(w.data() + r * K, X + m * K, K, O + m * N + n0 + r, N);
+      }
+    }
+  });
+  return out;
+#endif
 }
