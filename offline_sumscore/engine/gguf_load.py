@@ -75,8 +75,7 @@ def load_prepared(folder: Path, gguf: Path, dtype, device: str, codes_in_place: 
     kinds = Counter(gguf_codes.CODED_TYPES[entry.type][0] for entry in coded)
     size = sum(e.rows * e.row_bytes for e in coded)
     types = ", ".join(f"{k} {v}" for k, v in kinds.items())
-    bf16_rows = compute == torch.bfloat16 and bool(module.gguf_bf16_dots())
-    small = gguf_codes.BF16_ROWS if bf16_rows else gguf_codes.SMALL_ROWS[compute]
+    small, bf16_rows = gguf_codes.small_passes(module, compute)  # as each CodedLinear decides
     how = " rounded to bfloat16 (AVX512_BF16)" if bf16_rows else ""
     said = (
         f"{len(coded)} tensors held as the file's own block codes ({types}; {size / 2**20:,.0f} MiB mapped from the "

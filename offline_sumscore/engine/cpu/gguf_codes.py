@@ -73,6 +73,13 @@ NATIVE = NativeModule(
 )
 
 
+def small_passes(module, compute: torch.dtype) -> tuple[int, bool]:
+    """Up to how many rows a pass multiplies the codes, for a judge whose large passes compute in `compute`, and
+    whether it does so in bfloat16 (the bfloat16 row kernel, built where the CPU has AVX512_BF16)."""
+    bf16 = compute == torch.bfloat16 and bool(module.gguf_bf16_dots())
+    return (BF16_ROWS if bf16 else SMALL_ROWS[compute]), bf16
+
+
 def kernel():
     """(the compiled module, None) or (None, why not in words)."""
     return NATIVE.build_or_warn(stacklevel=4)
@@ -143,8 +150,7 @@ class CodedLinear(torch.nn.Module):
         self.compute = dtype  # what a large pass multiplies in: bfloat16 or float32
         # a bfloat16 judge's small passes multiply bfloat16 codes (the large pass's weights) where the CPU has the
         # instruction for it, else the float32 row kernel's exact weights
-        self.bf16_rows = dtype == torch.bfloat16 and bool(module.gguf_bf16_dots())
-        self.small_rows = BF16_ROWS if self.bf16_rows else SMALL_ROWS[dtype]
+        self.small_rows, self.bf16_rows = small_passes(module, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)

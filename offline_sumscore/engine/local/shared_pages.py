@@ -66,6 +66,11 @@ def whole_pages(buffer: torch.Tensor, columns: int) -> int:
     return columns * column_bytes(buffer) // PAGE
 
 
+def page_columns(buffer: torch.Tensor, pages: int) -> int:
+    """The columns that `pages` whole pages of one (slot, kv head) region hold: whole_pages the other way."""
+    return pages * PAGE // column_bytes(buffer)
+
+
 def _address(buffer: torch.Tensor, slot: int, head: int) -> int:
     return buffer.data_ptr() + (slot * buffer.shape[1] + head) * buffer.shape[2] * column_bytes(buffer)
 
@@ -145,7 +150,7 @@ class SlotPrefixes:
                 stacklevel=4,
             )
             return 0
-        return pages * PAGE // column_bytes(buffers[0])
+        return page_columns(buffers[0], pages)
 
     def _map(self, buffers: list[torch.Tensor], slot: int, shared: SharedPages, pages: int) -> None:
         """The slot's first pages mapped from `shared` in every buffer: recorded first, so that a failure part way
@@ -175,13 +180,13 @@ class SlotPrefixes:
             return 0
         shared, pages = self.held[slot]
         shared.map(index, new, slot, pages)
-        return pages * PAGE // column_bytes(new)
+        return page_columns(new, pages)
 
     def columns(self, buffers: list[torch.Tensor]) -> dict[int, int]:
         """Each slot whose first columns are a shared prefix: how many (the rest of its prefix is its own)."""
         if not (self.held and buffers):
             return {}
-        return {slot: pages * PAGE // column_bytes(buffers[0]) for slot, (_, pages) in self.held.items()}
+        return {slot: page_columns(buffers[0], pages) for slot, (_, pages) in self.held.items()}
 
     def close(self) -> None:
         for shared, _ in self.held.values():
